@@ -1,0 +1,169 @@
+"""The `spiketrace` command line: a thin layer over analyze.trace.
+
+Exit codes: 0 success; 1 `validate` found problems; 2 the trace could not be opened or the
+query failed (one line `error: ...` on stderr; `spiketrace --debug ...` shows the traceback).
+
+`info --format json` prints one object: {"trace": Trace.summary(), "ops": [{"op", "count"}],
+"stages": [rows of the stages view]}. `sql --format json` prints a list of row objects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+import click
+import duckdb
+import pandas as pd
+
+from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceError, open_trace
+from schemas.version import SchemaVersionError
+
+REPORTED_ERRORS = (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError)
+
+
+class DemoUnavailable(RuntimeError):
+    """`spiketrace demo` cannot run here (capture or torch missing)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of `exc` on one line (DuckDB's carry the query and a caret below)."""
+    lines = []
+    for line in str(exc).splitlines():
+        if line.startswith("LINE "):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) or type(exc).__name__
+
+
+class SpiketraceGroup(click.Group):
+    """Reports the expected errors as one line and exit code 2, unless --debug."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (*REPORTED_ERRORS, DemoUnavailable) as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            click.echo(f"error: {one_line(exc)}", err=True)
+            ctx.exit(2)
+
+
+def _time(epoch) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(no rows)" if frame.columns.empty else "  ".join(frame.columns) + "\n(no rows)"
+    return frame.to_string(index=False)
+
+
+def _rows(trace: Trace, query: str) -> list[dict]:
+    return trace.arrow(query).to_pylist()
+
+
+def _warn(trace: Trace) -> None:
+    for warning in trace.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+def print_info(trace: Trace, output_format: str) -> None:
+    summary = trace.summary()
+    if output_format == "json":
+        document = {
+            "trace": summary,
+            "ops": _rows(trace, OP_COUNTS_QUERY),
+            "stages": _rows(trace, STAGES_QUERY),
+        }
+        click.echo(json.dumps(document, indent=1, default=str))
+        return
+    facts = {key: summary[key] for key in ("path", "status", "schema_version", "device", "ranks", "world_size")}
+    if summary["status"] == "mixed":
+        facts["status"] = ", ".join(f"rank {r}: {s}" for r, s in summary["rank_status"].items())
+    facts |= {
+        "started_at": _time(summary["started_at"]),
+        "ended_at": _time(summary["ended_at"]),
+        "steps_recorded": summary["steps_recorded"],
+        "versions": json.dumps(summary["versions"]),
+        "metadata": json.dumps(summary["metadata"], default=str),
+    }
+    click.echo(_table(pd.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]})))
+    for warning in summary["warnings"]:
+        click.echo(f"warning: {warning}")
+    counts = summary["counts"]
+    click.echo("\ncounts:")
+    click.echo(_table(pd.DataFrame({"of": list(counts), "count": list(counts.values())})))
+    click.echo("\nops:")
+    click.echo(_table(trace.op_counts()))
+    click.echo("\nstages:")
+    click.echo(_table(trace.stages()))
+
+
+@click.group(cls=SpiketraceGroup)
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Analyse spiketrace traces (Parquet directories written by `capture`)."""
+    ctx.obj = {"debug": debug}
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def info(trace_path: str, output_format: str) -> None:
+    """Summarise TRACE: manifest facts, counts, the ops seen and the stages."""
+    with open_trace(trace_path) as trace:
+        print_info(trace, output_format)
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.argument("query")
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+def sql(trace_path: str, query: str, output_format: str) -> None:
+    """Run QUERY (DuckDB SQL over the trace's views) and print the result."""
+    with open_trace(trace_path) as trace:
+        _warn(trace)
+        if output_format == "json":
+            click.echo(json.dumps(trace.arrow(query).to_pylist(), indent=1, default=str))
+        elif output_format == "csv":
+            click.echo(trace.sql(query).to_csv(index=False), nl=False)
+        else:
+            click.echo(_table(trace.sql(query)))
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+def validate(trace_path: str) -> None:
+    """Check TRACE deeply (counts, unique ids, references); exit 1 on problems."""
+    with open_trace(trace_path) as trace:
+        _warn(trace)
+        problems = trace.validate()
+        for problem in problems:
+            click.echo(problem)
+        if problems:
+            sys.exit(1)
+        counts = ", ".join(f"{trace.count(table)} {table}" for table in trace.parts)
+        click.echo(f"OK: {trace.path} (ranks {trace.ranks}; {counts})")
+
+
+@main.command()
+@click.argument("out", type=click.Path())
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def demo(out: str, output_format: str) -> None:
+    """Capture a small spiking network's training step into OUT, then summarise it."""
+    try:
+        from capture.example import record_demo
+    except ImportError as exc:
+        raise DemoUnavailable(f"the demo needs the capture side and torch ({exc})") from exc
+    with open_trace(record_demo(out)) as trace:
+        print_info(trace, output_format)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Encoding an op's non-tensor arguments faithfully as JSON, with tensors replaced by references.
+
+Ints, bools, None, strings and lists stay as they are; values JSON cannot hold exactly are
+tagged objects: {"$float": "inf"}, {"$dtype": "float32"}, {"$device": "cuda:0"},
+{"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]},
+{"$tuple": [...]} is not used: tuples and lists both become JSON lists, as the dispatcher
+treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
+(event_tensors.k). Anything else is {"$repr": repr(value)} so nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+
+_TAGGED_TYPES = {
+    torch.dtype: ("$dtype", lambda v: str(v).removeprefix("torch.")),
+    torch.device: ("$device", str),
+    torch.memory_format: ("$memory_format", lambda v: str(v).removeprefix("torch.")),
+    torch.layout: ("$layout", lambda v: str(v).removeprefix("torch.")),
+}
+
+
+class TensorCollector:
+    """Collects (tensor, role, position, name, item) in the order their placeholders appear."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self) -> None:
+        self.tensors: list[tuple[torch.Tensor, str, int | None, str | None, int | None]] = []
+
+    def add(self, t: torch.Tensor, role: str, position, name, item) -> dict:
+        self.tensors.append((t, role, position, name, item))
+        return {"$t": len(self.tensors) - 1}
+
+
+def _encode(value, collector: TensorCollector, role: str, position, name, item):
+    if value is None or value is True or value is False or type(value) in (int, str):
+        return value
+    if isinstance(value, torch.Tensor):
+        return collector.add(value, role, position, name, item)
+    if type(value) is float:
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, (list, tuple)):
+        # Items of a list argument are numbered by their flattened position in it.
+        encoded = []
+        for index, element in enumerate(value):
+            encoded.append(_encode(element, collector, role, position, name, index if item is None else item))
+        return encoded
+    tag = _TAGGED_TYPES.get(type(value))
+    if tag is not None:
+        return {tag[0]: tag[1](value)}
+    if isinstance(value, (int, float)):  # numpy scalars, SymInt/SymFloat after guards, bool subclasses
+        return _encode(int(value) if isinstance(value, int) else float(value), collector, role, position, name, item)
+    if isinstance(value, complex):
+        return {"$complex": [value.real, value.imag]}
+    return {"$repr": repr(value)}
+
+
+def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
+    """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order."""
+    collector = TensorCollector()
+    encoded_args = [_encode(a, collector, "arg", i, None, None) for i, a in enumerate(args)]
+    encoded_kwargs = {key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()}
+    if isinstance(out, (tuple, list)):
+        encoded_out = [_encode(o, collector, "out", i, None, None) for i, o in enumerate(out)]
+    else:
+        encoded_out = _encode(out, collector, "out", 0, None, None)
+    return _dumps(encoded_args), _dumps(encoded_kwargs), _dumps(encoded_out), collector.tensors
+
+
+def decode_value(value):
+    """Inverse of the tagging above for plain JSON values (tensor placeholders are kept)."""
+    if isinstance(value, list):
+        return [decode_value(v) for v in value]
+    if isinstance(value, dict):
+        if "$float" in value:
+            return float(value["$float"])
+        if "$complex" in value:
+            return complex(*value["$complex"])
+        return value
+    return value

@@ -1,0 +1,85 @@
+"""Optimizer steps: one `optimizer_steps` row per parameter per step() call.
+
+Taken in `register_step_pre_hook`, i.e. before the update, which is when SpikingJelly's
+NeuroMC profiler looks at the optimizer (`record_optimizer_step`): a momentum buffer exists
+from the second step on, and the analysis must know whether it did at this step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import torch
+
+from capture.writer import TableBuffer
+
+if TYPE_CHECKING:
+    from capture.recorder import Recorder
+
+
+def _hyperparameters(group: dict) -> str:
+    options = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if isinstance(value, torch.Tensor):
+            value = value.item() if value.numel() == 1 else value.tolist()
+        options[key] = value
+    return json.dumps(options, default=repr, sort_keys=True)
+
+
+class OptimizerLog:
+    def __init__(self, recorder: "Recorder", rows: TableBuffer, parameter_names: dict[int, str]) -> None:
+        self.recorder = recorder
+        self.rows = rows
+        self.parameter_names = parameter_names
+        self.handles: list = []
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.calls: dict[int, int] = {}
+
+    def bind(self, optimizer: torch.optim.Optimizer) -> None:
+        index = len(self.optimizers)
+        self.optimizers.append(optimizer)
+        self.handles.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._record(index, opt)))
+
+    def unbind(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def _owner(self, name: str | None) -> int | None:
+        if name is None:
+            return None
+        return self.recorder.catalog.static_paths.get(name.rsplit(".", 1)[0])
+
+    def _record(self, index: int, optimizer: torch.optim.Optimizer) -> None:
+        recorder = self.recorder
+        call = self.calls.get(index, 0)
+        self.calls[index] = call + 1
+        if not recorder.recording:
+            return
+        with recorder.lock:
+            seq = recorder.take_seq()
+            for group_index, group in enumerate(optimizer.param_groups):
+                hyperparameters = _hyperparameters(group)
+                for param_index, p in enumerate(group["params"]):
+                    name = self.parameter_names.get(id(p))
+                    self.rows.append(
+                        seq=seq,
+                        step=recorder.step_index,
+                        optimizer_index=index,
+                        call_index=call,
+                        optimizer_class=type(optimizer).__qualname__,
+                        group_index=group_index,
+                        hyperparameters=hyperparameters,
+                        param_index=param_index,
+                        parameter=name,
+                        module_id=self._owner(name),
+                        shape=list(p.shape),
+                        ndim=p.ndim,
+                        numel=p.numel(),
+                        dtype=str(p.dtype).removeprefix("torch."),
+                        has_grad=p.grad is not None,
+                        state_keys=sorted(str(k) for k in optimizer.state.get(p, {})),
+                    )

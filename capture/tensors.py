@@ -1,0 +1,226 @@
+"""Describing tensors: one `tensors` row per (object, version), value statistics, liveness.
+
+A tensor object gets a `uid` the first time the capture sees it and keeps it while it lives
+(a weakref callback records when it dies, in `tensor_frees`). It gets a new `tensor_id`
+(a new described state) whenever its `_version` counter or shape changed since it was last
+described, i.e. after an in-place op, so every row shows the values an op really saw.
+
+Value statistics (nnz, is01) are taken with the Python dispatch key excluded, so no mode
+(ours or the user's) sees these extra ops. On CPU they are read at once: `.item()` is no
+device sync there, and a first-element check skips the second scan for most non-binary
+tensors. On other devices they stay on the device as 0-dim tensors and are fetched in one
+batch per flush, so capture adds no per-op host sync.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import torch
+
+from capture.writer import TableBuffer
+
+_PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+
+
+def excluded_from_modes():
+    """A guard under which tensor ops reach no Python dispatch mode (ours or anyone's)."""
+    return torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
+
+
+def _dtype_name(dtype: torch.dtype, _cache: dict = {}) -> str:
+    name = _cache.get(dtype)
+    if name is None:
+        name = _cache[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def storage_pointer(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, tensors without storage
+        return -1
+
+
+class PendingStats:
+    """nnz/is01 of a non-CPU tensor, still on its device until the next flush."""
+
+    __slots__ = ("nnz", "is01", "_nnz_tensor", "_ones_tensor", "_source", "_scale")
+
+    def __init__(self, nnz_tensor=None, ones_tensor=None, source=None, scale=1):
+        self.nnz = None
+        self.is01 = None
+        self._nnz_tensor, self._ones_tensor = nnz_tensor, ones_tensor
+        self._source, self._scale = source, scale
+
+    def resolve(self, fetched: dict[int, tuple[int, int]]) -> None:
+        if self._source is not None:
+            nnz, is01 = self._source.nnz, self._source.is01
+            self.nnz = None if nnz is None else nnz * self._scale
+            self.is01 = is01
+        else:
+            nnz, ones = fetched[id(self)]
+            self.nnz, self.is01 = nnz, (ones == nnz) if ones is not None else True
+        self._nnz_tensor = self._ones_tensor = self._source = None
+
+
+def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
+    """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
+    nnz = int(torch.count_nonzero(t))
+    if t.dtype is torch.bool:
+        return nnz, True
+    if nnz == 0:
+        return 0, True
+    first = t[(0,) * t.dim()].item()
+    if first != 0 and first != 1:
+        return nnz, False
+    # Every value is 0 or 1 exactly when the non-zeros are all ones (NaN is non-zero, not one).
+    return nnz, int(torch.count_nonzero(t == 1)) == nnz
+
+
+class TensorRegistry:
+    """Assigns ids to tensors and writes their `tensors` rows."""
+
+    def __init__(
+        self,
+        rows: TableBuffer,
+        frees: TableBuffer,
+        next_seq: Callable[[], int],
+        parameter_names: dict[int, str],
+        value_statistics: bool = True,
+    ) -> None:
+        self.rows = rows
+        self.frees = frees
+        self.next_seq = next_seq
+        self.parameter_names = parameter_names
+        self.value_statistics = value_statistics
+        # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats]
+        self.entries: dict[int, list] = {}
+        self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
+        self.next_uid = 0
+        self.next_tensor_id = 0
+
+    # -- liveness ---------------------------------------------------------------------------
+    def _on_free(self, key: int, uid: int) -> Callable:
+        frees, entries, next_seq = self.frees.columns, self.entries, self.next_seq
+
+        def freed(_ref) -> None:
+            frees["uid"].append(uid)
+            frees["freed_seq"].append(next_seq())
+            entry = entries.get(key)
+            if entry is not None and entry[0] == uid:
+                del entries[key]
+
+        return freed
+
+    # -- describing ---------------------------------------------------------------------------
+    def lookup(self, t: torch.Tensor):
+        """The registry entry of `t` if its current state is already described, else None."""
+        entry = self.entries.get(id(t))
+        if entry is not None and entry[1] == t._version and entry[3] == t.shape:
+            return entry
+        return None
+
+    def describe(self, t: torch.Tensor, seq: int, inherit_from: list | None = None) -> int:
+        """The tensor_id of `t`'s current state, writing a row if this state is new.
+
+        `inherit_from` is the entry of a tensor holding the same elements (a view's base):
+        its statistics are reused instead of scanning `t`.
+        """
+        key = id(t)
+        entry = self.entries.get(key)
+        version = t._version
+        shape = t.shape
+        if entry is not None:
+            if entry[1] == version and entry[3] == shape:
+                return entry[2]
+            uid = entry[0]
+        else:
+            uid = self.next_uid
+            self.next_uid += 1
+            entry = [uid, None, None, None, weakref.ref(t, self._on_free(key, uid)), None]
+            self.entries[key] = entry
+        tensor_id = self.next_tensor_id
+        self.next_tensor_id += 1
+        entry[1], entry[2], entry[3] = version, tensor_id, shape
+        entry[5] = self._statistics(t, inherit_from)
+        self._write_row(t, uid, version, tensor_id, seq, entry[5])
+        return tensor_id
+
+    def _statistics(self, t: torch.Tensor, inherit_from: list | None):
+        if not self.value_statistics or t.is_meta or t.layout is not torch.strided:
+            return (None, None)
+        if inherit_from is not None and inherit_from[5] is not None:
+            source = inherit_from[5]
+            base_numel = inherit_from[3].numel()
+            scale = t.numel() // base_numel if base_numel else 0
+            if isinstance(source, PendingStats):
+                return PendingStats(source=source, scale=scale)
+            nnz, is01 = source
+            return (None if nnz is None else nnz * scale, is01)
+        with excluded_from_modes(), torch.no_grad():
+            if t.device.type == "cpu":
+                return immediate_stats(t)
+            nnz = torch.count_nonzero(t)
+            ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
+            return PendingStats(nnz, ones)
+
+    def _write_row(self, t: torch.Tensor, uid: int, version: int, tensor_id: int, seq: int, stats) -> None:
+        c = self.rows.columns
+        c["tensor_id"].append(tensor_id)
+        c["uid"].append(uid)
+        c["version"].append(version)
+        c["first_seq"].append(seq)
+        c["shape"].append(t.shape)
+        c["stride"].append(t.stride() if t.layout is torch.strided else ())
+        c["storage_offset"].append(t.storage_offset() if t.layout is torch.strided else 0)
+        c["dtype"].append(_dtype_name(t.dtype))
+        c["element_size"].append(t.element_size())
+        c["device"].append(str(t.device))
+        c["requires_grad"].append(t.requires_grad)
+        c["numel"].append(t.numel())
+        c["is_meta"].append(t.is_meta)
+        c["storage_ptr"].append(storage_pointer(t))
+        name = self.parameter_names.get(id(t))
+        c["is_parameter"].append(name is not None)
+        c["parameter"].append(name)
+        if isinstance(stats, PendingStats):
+            self.pending.append((len(c["nnz"]), stats))
+            c["nnz"].append(None)
+            c["is01"].append(None)
+        else:
+            c["nnz"].append(stats[0])
+            c["is01"].append(stats[1])
+
+    def stats_of(self, t: torch.Tensor):
+        """(nnz, is01) of `t`'s described state if known now (CPU), else None."""
+        entry = self.entries.get(id(t))
+        if entry is None or isinstance(entry[5], PendingStats):
+            return None
+        return entry[5]
+
+    # -- flushing -----------------------------------------------------------------------------
+    def resolve_pending(self, _writer=None) -> None:
+        """Fetch every pending device statistic in one transfer per device and fill the rows."""
+        if not self.pending:
+            return
+        direct = [s for _, s in self.pending if s._source is None and s.nnz is None]
+        fetched: dict[int, tuple[int, int]] = {}
+        by_device: dict[torch.device, list[PendingStats]] = {}
+        for stats in direct:
+            by_device.setdefault(stats._nnz_tensor.device, []).append(stats)
+        for device, group in by_device.items():
+            with excluded_from_modes():
+                nnz = torch.stack([s._nnz_tensor for s in group]).cpu().tolist()
+                ones = torch.stack(
+                    [s._ones_tensor if s._ones_tensor is not None else s._nnz_tensor for s in group]
+                ).cpu().tolist()
+            for stats, n, o in zip(group, nnz, ones):
+                fetched[id(stats)] = (n, o if stats._ones_tensor is not None else None)
+        c = self.rows.columns
+        for row, stats in self.pending:
+            if stats.nnz is None and (stats._nnz_tensor is not None or stats._source is not None):
+                stats.resolve(fetched)
+            c["nnz"][row], c["is01"][row] = stats.nnz, stats.is01
+        self.pending.clear()

@@ -1,0 +1,105 @@
+"""Which value statistics a capture takes, for which ops: a data table both phases share.
+
+Capture reads these tables to decide what to compute; analysis reads them to know what a
+trace can answer. Adding a statistic is a new row here plus its function in
+capture/op_statistics.py; old traces simply lack the rows.
+
+Per-tensor statistics (`nnz`, `is01` in the tensors table) are taken for every tensor state,
+except that the output of an op in ELEMENT_PRESERVING_VIEWS inherits them from its input
+(a view holds the same elements; `expand` repeats every element the same number of times,
+so nnz scales by numel_out / numel_in). Together nnz, is01, dtype, numel and is_meta decide
+all six of SpikingJelly's binary predicates (see ../shared/reference, spec section 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Where an op's operand sits in the dispatched positional arguments."""
+
+    name: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Statistic:
+    doc: str
+    # 'x_binary': taken when the first operand is binary; 'both_binary': when both are.
+    condition: str
+    consumers: tuple[str, ...]
+
+
+STATISTICS: dict[str, Statistic] = {
+    "conv_spike_taps": Statistic(
+        "Sum over input positions p of S(p)*cov(p): S is the spike count map of x summed over batch and channels, "
+        "cov the number of (output, kernel) taps that read p. Times C_out/groups it is SpikingJelly's AC/SynOp "
+        "conv value and NMAC weight uses, for any stride, padding, dilation, groups and transposition.",
+        "x_binary",
+        ("ac", "synop", "neuromorphic_memory_access"),
+    ),
+    "conv_both_binary_sum": Statistic(
+        "Double-precision sum of convolution(x, w) without bias: SpikingJelly's AC/SynOp value when x and w are both binary.",
+        "both_binary",
+        ("ac", "synop"),
+    ),
+    "mm_out_sum": Statistic(
+        "out.sum(dtype=float64) of a binary x binary mm/bmm (SpikingJelly sums the actual output, rounding included).",
+        "both_binary",
+        ("ac", "synop"),
+    ),
+    "marginal_dot": Statistic(
+        "Exact sum of x@y for binary x and y of addmm/baddbmm, as sum_b sum_k colsum_b(x)[k]*rowsum_b(y)[k] "
+        "(SpikingJelly recomputes x@y in double without bias or alpha).",
+        "both_binary",
+        ("ac", "synop"),
+    ),
+}
+
+# op -> (operands, statistics taken). Operands name the binary-tested inputs in order.
+OP_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
+    "aten.convolution.default": (
+        (Operand("x", 0), Operand("w", 1)),
+        ("conv_spike_taps", "conv_both_binary_sum"),
+    ),
+    "aten.mm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum",)),
+    "aten.bmm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum",)),
+    "aten.addmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot",)),
+    "aten.baddbmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot",)),
+}
+
+# Inputs kept bit-packed when the capture setting keep_binary_inputs is on (and they are binary).
+SYNAPTIC_INPUTS: dict[str, tuple[int, ...]] = {
+    op: tuple(operand.position for operand in operands) for op, (operands, _) in OP_STATISTICS.items()
+}
+
+# Ops whose output holds exactly the input's elements (or each repeated equally, for expand):
+# its nnz/is01 follow from args[0]'s, so the capture does not scan it again.
+ELEMENT_PRESERVING_VIEWS: frozenset[str] = frozenset(
+    {
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.alias.default",
+        "aten.detach.default",
+        "aten.lift_fresh.default",
+        "aten.t.default",
+        "aten.transpose.int",
+        "aten.permute.default",
+        "aten.unsqueeze.default",
+        "aten.squeeze.default",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.expand.default",
+        "aten.flatten.using_ints",
+        "aten.contiguous.default",
+        "aten.clone.default",
+    }
+)
+
+
+def statistics_for(op: str) -> tuple[str, ...]:
+    entry = OP_STATISTICS.get(op)
+    return entry[1] if entry else ()

@@ -1,0 +1,38 @@
+"""The trace schema version and the rule that decides which traces a reader accepts.
+
+Evolution is additive only: a minor bump adds nullable columns or tables, a major bump is
+reserved for a change old readers cannot understand. A reader therefore accepts any trace of
+its own major version (older minors get the new columns as NULL) and refuses a newer major.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = "1.0"
+
+
+class SchemaVersionError(ValueError):
+    """A trace was written with a schema this reader cannot read."""
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(part) for part in str(text).split("."))
+    except ValueError as exc:
+        raise SchemaVersionError(f"malformed schema version {text!r}; expected 'MAJOR.MINOR'") from exc
+    return major, minor
+
+
+def check_readable(found: str, where: str) -> tuple[int, int]:
+    """Raise SchemaVersionError unless a trace of schema `found` can be read by this reader."""
+    found_major, found_minor = parse_version(found)
+    ours_major, _ = parse_version(SCHEMA_VERSION)
+    if found_major != ours_major:
+        newer = "newer" if found_major > ours_major else "older"
+        raise SchemaVersionError(
+            f"{where}: trace schema version {found} is a {newer} major version than this "
+            f"reader's {SCHEMA_VERSION}; upgrade spiketrace to read it"
+            if found_major > ours_major
+            else f"{where}: trace schema version {found} is an {newer} major version than this "
+            f"reader's {SCHEMA_VERSION}; it cannot be read"
+        )
+    return found_major, found_minor

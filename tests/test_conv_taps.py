@@ -1,0 +1,176 @@
+"""conv_taps must reproduce SpikingJelly 2.0.0's spike-conv counts exactly, without a conv."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from capture.conv_taps import (
+    conv_both_binary_sum,
+    conv_spike_taps,
+    coverage_map,
+    coverage_vector,
+    spikingjelly_conv_value,
+)
+from spikingjelly.activation_based.op_counter.ac import _spike_convolution
+from spikingjelly.activation_based.op_counter.neuromorphic_memory_access import (
+    _spike_conv_weight_uses_from_tensors,
+)
+
+aten = torch.ops.aten
+
+
+@st.composite
+def conv_cases(draw, transposed: bool):
+    """A valid aten.convolution geometry plus a binary input; sizes kept small for speed."""
+    ndim = draw(st.integers(1, 3))
+    groups = draw(st.sampled_from([1, 2, 3, 4]))
+    c_in = groups * draw(st.integers(1, 2))
+    c_out = groups * draw(st.integers(1, 2))
+    kernel, stride, padding, dilation, outpad, spatial = [], [], [], [], [], []
+    max_extra = {1: 6, 2: 4, 3: 2}[ndim]
+    for _ in range(ndim):
+        k, s, d = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        p = draw(st.integers(0, 3))
+        op = draw(st.integers(0, max(s, d) - 1)) if transposed else 0
+        if transposed:
+            # need (I-1)s - 2p + d(K-1) + op + 1 >= 1
+            i_min = max(1, math.ceil((2 * p - d * (k - 1) - op) / s) + 1)
+        else:
+            # need I + 2p - d(K-1) - 1 >= 0
+            i_min = max(1, d * (k - 1) + 1 - 2 * p)
+        spatial.append(draw(st.integers(i_min, i_min + max_extra)))
+        kernel.append(k), stride.append(s), padding.append(p), dilation.append(d)
+        outpad.append(op)
+    batch = draw(st.integers(1, 3))
+    density = draw(st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    x = torch.rand((batch, c_in, *spatial), generator=gen) < density
+    if draw(st.booleans()):
+        x = x.float()
+    w_shape = (c_in, c_out // groups, *kernel) if transposed else (c_out, c_in // groups, *kernel)
+    return dict(x=x, w_shape=w_shape, stride=stride, padding=padding, dilation=dilation,
+                outpad=outpad, groups=groups, gen=gen)
+
+
+def _our_value(case, transposed):
+    taps = conv_spike_taps(case["x"], case["w_shape"], case["stride"], case["padding"],
+                           case["dilation"], transposed, case["outpad"], case["groups"])
+    assert taps.dim() == 0 and taps.dtype == torch.float64 and taps.device == case["x"].device
+    return spikingjelly_conv_value(int(taps.item()), case["w_shape"], transposed, case["groups"])
+
+
+def _aten_args(x, w, case, transposed):
+    return (x, w, None, case["stride"], case["padding"], case["dilation"], transposed,
+            case["outpad"], case["groups"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_cases(transposed=False))
+def test_normal_conv_matches_spikingjelly(case):
+    w = torch.rand(case["w_shape"], generator=case["gen"])
+    expected = _spike_conv_weight_uses_from_tensors(
+        case["x"], w, case["stride"], case["padding"], case["dilation"], case["groups"])
+    assert _our_value(case, False) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_cases(transposed=True))
+def test_transposed_conv_matches_spikingjelly(case):
+    # Values in (0.25, 0.75) are never 0/1, so SJ takes its binary-x / dense-w branch.
+    w = torch.rand(case["w_shape"], generator=case["gen"]) * 0.5 + 0.25
+    x = case["x"]
+    out = aten.convolution.default(*_aten_args(x.float(), w, case, True))
+    expected = _spike_convolution(_aten_args(x, w, case, True), {}, out)
+    assert _our_value(case, True) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv_cases(transposed=False), conv_cases(transposed=True), st.floats(0.0, 1.0))
+def test_both_binary_matches_spikingjelly(normal, transposed_case, w_density):
+    for case, transposed in ((normal, False), (transposed_case, True)):
+        x = case["x"].float()
+        w = (torch.rand(case["w_shape"], generator=case["gen"]) < w_density).float()
+        args = _aten_args(x, w, case, transposed)
+        expected = _spike_convolution(args, {}, aten.convolution.default(*args))
+        got = conv_both_binary_sum(x, w, case["stride"], case["padding"], case["dilation"],
+                                   transposed, case["outpad"], case["groups"])
+        assert got.dim() == 0 and got.dtype == torch.float64
+        assert int(got.item()) == expected
+
+
+def test_hand_derived_1d():
+    # I=4, K=3, pad=1, stride=1, dilation=1 -> O = (4 + 2 - 2 - 1)//1 + 1 = 4.
+    # Output o reads inputs o-1, o, o+1 (i = o + k - 1); dropping the padded -1 and 4:
+    #   o=0 -> {0,1}, o=1 -> {0,1,2}, o=2 -> {1,2,3}, o=3 -> {2,3}
+    # so input 0 is read 2x, 1 and 2 are read 3x, 3 is read 2x.
+    assert coverage_vector(4, 3, 1, 1, 1, False) == (2, 3, 3, 2)
+    # Spikes at inputs 0 and 2 (batch 1, one channel): taps = 2 + 3 = 5; with 2 output
+    # channels every tap hits both kernels, so SJ counts 5 * 2 = 10.
+    x = torch.tensor([[[1.0, 0.0, 1.0, 0.0]]])
+    taps = conv_spike_taps(x, (2, 1, 3), [1], [1], [1], False, [0], 1)
+    assert taps.item() == 5
+    assert spikingjelly_conv_value(5, (2, 1, 3), False, 1) == 10
+    assert 10 == _spike_conv_weight_uses_from_tensors(x, torch.rand(2, 1, 3), [1], [1], [1], 1)
+    # Transposed, I=3, K=2, stride=2, pad=0: O = (3-1)*2 + 1 + 1 = 6; input i writes to
+    # 2i + k for k in {0,1}, always inside [0, 6), so every input has both taps.
+    assert coverage_vector(3, 2, 2, 0, 1, True) == (2, 2, 2)
+    # Same with pad=1: O = 4 and input 0 writes to -1 (lost) and 0; input 2 writes 3 and 4
+    # (lost), so the edge inputs keep one tap each.
+    assert coverage_vector(3, 2, 2, 1, 1, True) == (1, 2, 1)
+
+
+def test_coverage_map_is_outer_product_and_cached():
+    m = coverage_map((4, 3), (3, 2), [1, 2], [1, 0], [1, 1], False, [0, 0])
+    assert m.dtype == torch.float64 and m.shape == (4, 3) and m.device.type == "cpu"
+    rows = torch.tensor(coverage_vector(4, 3, 1, 1, 1, False), dtype=torch.float64)
+    cols = torch.tensor(coverage_vector(3, 2, 2, 0, 1, False), dtype=torch.float64)
+    assert torch.equal(m, torch.outer(rows, cols))
+    assert coverage_map((4, 3), (3, 2), [1, 2], [1, 0], [1, 1], False, [0, 0]) is m
+    meta = coverage_map((4, 3), (3, 2), [1, 2], [1, 0], [1, 1], False, [0, 0], device="meta")
+    assert meta.device.type == "meta" and meta.shape == (4, 3)
+
+
+def test_rejects_unbatched_input():
+    with pytest.raises(ValueError):
+        conv_spike_taps(torch.ones(1, 4), (2, 1, 3), [1], [1], [1], False, [0], 1)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.enable_grad, torch.inference_mode])
+def test_no_ops_leak_to_dispatch_mode(grad_mode):
+    from capture import conv_taps
+
+    # Empty caches, so the mode would also see the coverage map being built and copied.
+    conv_taps._cached_map.cache_clear()
+    conv_taps.coverage_vector.cache_clear()
+    x = (torch.rand(2, 4, 5, 6) < 0.5).float()
+    w = (torch.rand(6, 2, 3, 3) < 0.5).float()
+    x_meta = x.to("meta")
+    recorder = _Recorder()
+    with grad_mode(), recorder:
+        taps = conv_spike_taps(x, w.shape, [1, 2], [1, 1], [1, 1], False, [0, 0], 2)
+        both = conv_both_binary_sum(x, w, [1, 2], [1, 1], [1, 1], False, [0, 0], 2)
+        taps_meta = conv_spike_taps(x_meta, w.shape, [1, 2], [1, 1], [1, 1], False, [0, 0], 2)
+        seen_by_helpers = list(recorder.ops)
+        x.sum()  # sanity: the recorder does see an ordinary op
+    assert seen_by_helpers == []
+    assert recorder.ops == [aten.sum.default]
+    assert taps_meta.device.type == "meta" and taps_meta.dim() == 0
+    expected = _spike_conv_weight_uses_from_tensors(x, w, [1, 2], [1, 1], [1, 1], 2)
+    assert spikingjelly_conv_value(int(taps.item()), w.shape, False, 2) == expected
+    dense = aten.convolution.default(x.double(), w.double(), None, [1, 2], [1, 1], [1, 1],
+                                     False, [0, 0], 2)
+    assert both.item() == dense.sum().item()
