@@ -63,6 +63,11 @@ def _table(frame: pd.DataFrame) -> str:
     return frame.to_string(index=False)
 
 
+def _fields(mapping: dict) -> str:
+    width = max(map(len, mapping))
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in mapping.items())
+
+
 def _rows(trace: Trace, query: str) -> list[dict]:
     return trace.arrow(query).to_pylist()
 
@@ -92,12 +97,11 @@ def print_info(trace: Trace, output_format: str) -> None:
         "versions": json.dumps(summary["versions"]),
         "metadata": json.dumps(summary["metadata"], default=str),
     }
-    click.echo(_table(pd.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]})))
+    click.echo(_fields(facts))
     for warning in summary["warnings"]:
         click.echo(f"warning: {warning}")
-    counts = summary["counts"]
     click.echo("\ncounts:")
-    click.echo(_table(pd.DataFrame({"of": list(counts), "count": list(counts.values())})))
+    click.echo(_fields(summary["counts"]))
     click.echo("\nops:")
     click.echo(_table(trace.op_counts()))
     click.echo("\nstages:")

@@ -21,37 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyze.views import create_views, view_name
+from analyze.integrity import COMPLETE, find_problems
+from analyze.views import create_views
 from schemas import layout
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION, SchemaVersionError, check_readable, parse_version
-
-COMPLETE = "complete"
-
-# Columns that name a row of another table (documented as such in schemas/tables.py):
-# (table, column, referenced table, referenced column); compared within a rank.
-REFERENCES = [
-    ("events", "scope_id", "scopes", "scope_id"),
-    ("events", "stage_id", "stage_markers", "stage_id"),
-    ("event_tensors", "seq", "events", "seq"),
-    ("event_tensors", "tensor_id", "tensors", "tensor_id"),
-    ("op_stats", "seq", "events", "seq"),
-    ("packed_inputs", "tensor_id", "tensors", "tensor_id"),
-    ("tensor_frees", "uid", "tensors", "uid"),
-    ("module_events", "module_id", "modules", "module_id"),
-    ("neuron_memories", "module_id", "modules", "module_id"),
-    ("neuron_memories", "tensor_id", "tensors", "tensor_id"),
-    ("optimizer_steps", "module_id", "modules", "module_id"),
-]
-# Columns that identify a row of their table, per rank.
-UNIQUE_KEYS = [
-    ("events", "seq"),
-    ("tensors", "tensor_id"),
-    ("scopes", "scope_id"),
-    ("modules", "module_id"),
-    ("stage_markers", "stage_id, kind"),
-]
-
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
 STAGES_QUERY = "SELECT * FROM stages ORDER BY rank, begin_seq"
@@ -92,7 +66,8 @@ def _check_version(found, where: Path) -> None:
     try:
         check_readable(found, str(where))
     except SchemaVersionError as exc:
-        raise TraceVersionError(str(exc)) from exc
+        message = str(exc)  # a malformed version's message does not name the file
+        raise TraceVersionError(message if str(where) in message else f"{where}: {message}") from exc
 
 
 def read_manifests(root: Path) -> dict[int, dict]:
@@ -178,6 +153,9 @@ def open_trace(path: str | os.PathLike, *, threads: int = 2) -> Trace:
                 f"rank {rank}: trace status is {manifest.get('status')!r}, not complete "
                 "(the capturing process probably died); only flushed rows are present"
             )
+    if len({m.get("schema_version") for m in manifests.values()}) > 1:
+        versions = {rank: m.get("schema_version") for rank, m in sorted(manifests.items())}
+        warnings.append(f"ranks were written with different schema versions: {versions}")
     world_size = max(int(m.get("world_size") or 1) for m in manifests.values())
     if len(manifests) < world_size:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
@@ -201,7 +179,7 @@ class Trace:
         self.parts = parts
         self.con = duckdb.connect(":memory:")
         self.con.execute(f"SET threads TO {int(threads)}")
-        create_views(self.con, {table: [p.path for p in ps] for table, ps in parts.items()})
+        create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else "incomplete"
@@ -227,44 +205,7 @@ class Trace:
 
     def validate(self) -> list[str]:
         """Deep checks of the rows; the problems found, one line each (empty when sound)."""
-        return self._check_counts() + self._check_unique_keys() + self._check_references()
-
-    def _check_counts(self) -> list[str]:
-        problems = []
-        for rank, manifest in sorted(self.manifests.items()):
-            complete = manifest.get("status") == COMPLETE
-            for table in TABLES:
-                expected = manifest.get("counts", {}).get(table)
-                found = sum(part.rows for part in self.parts[table] if part.rank == rank)
-                # A running trace may hold a part written after its manifest was last updated.
-                if expected is not None and (found != expected if complete else found < expected):
-                    problems.append(f"{table} rank {rank}: the manifest counts {expected} rows, the parts hold {found}")
-        return problems
-
-    def _check_unique_keys(self) -> list[str]:
-        problems = []
-        for table, key in UNIQUE_KEYS:
-            rows = self.con.execute(
-                f"SELECT rank, count(*) AS n, min(({key})::VARCHAR) AS example FROM "
-                f"(SELECT rank, {key} FROM {view_name(table)} GROUP BY ALL HAVING count(*) > 1) "
-                "GROUP BY rank ORDER BY rank"
-            ).fetchall()
-            problems += [f"{table}.({key}): {n} values repeated on rank {r} (e.g. {ex})" for r, n, ex in rows]
-        return problems
-
-    def _check_references(self) -> list[str]:
-        problems = []
-        for table, column, target, target_column in REFERENCES:
-            rows = self.con.execute(
-                f"SELECT rank, count(*), min({column}) FROM {view_name(table)} AS c "
-                f"WHERE {column} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {view_name(target)} AS t "
-                f"WHERE t.rank = c.rank AND t.{target_column} = c.{column}) GROUP BY rank ORDER BY rank"
-            ).fetchall()
-            problems += [
-                f"{table}.{column}: {n} rows on rank {r} refer to no {target} row (e.g. {column} {ex})"
-                for r, n, ex in rows
-            ]
-        return problems
+        return find_problems(self.con, self.manifests, self.parts)
 
     def summary(self) -> dict:
         """What `spiketrace info` shows: manifest facts and headline counts (JSON-ready)."""

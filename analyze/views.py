@@ -66,6 +66,10 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def quote_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _create_empty_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE SCHEMA {EMPTY_SCHEMA}")
     for table, schema in TABLES.items():
@@ -74,24 +78,35 @@ def _create_empty_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.unregister("spiketrace_empty_arrow")
 
 
-def table_view_sql(table: str, files: list[Path]) -> str:
-    """SELECT over `files` with the columns described in the module docstring."""
+def path_keys(root: Path) -> list[str]:
+    """Keys DuckDB's hive partitioning would read from `root` itself (a `lr=0.1/` directory)."""
+    return sorted({part.split("=", 1)[0] for part in root.parts if "=" in part and not part.startswith("=")})
+
+
+def table_view_sql(table: str, files: list[Path], exclude: list[str] = ()) -> str:
+    """SELECT over `files` with the columns described in the module docstring.
+
+    `exclude` names columns hive partitioning takes from directories above the trace.
+    """
     empty = f"SELECT * FROM {EMPTY_SCHEMA}.{table}"
     if not files:
         return empty
     file_list = ", ".join(sql_string(str(path)) for path in files)
+    excluded = f" EXCLUDE ({', '.join(quote_name(key) for key in exclude)})" if exclude else ""
     # The empty typed table goes first: UNION BY NAME keeps its column order and types, fills
     # columns the files lack with NULL and appends the files' extra columns.
     return (
-        f"{empty} UNION ALL BY NAME SELECT * FROM read_parquet([{file_list}], "
+        f"{empty} UNION ALL BY NAME SELECT *{excluded} FROM read_parquet([{file_list}], "
         "union_by_name = true, hive_partitioning = true, hive_types = {'rank': 'INTEGER'})"
     )
 
 
-def create_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[Path]]) -> None:
+def create_views(con: duckdb.DuckDBPyConnection, root: Path, files: dict[str, list[Path]]) -> None:
     """Create every table view and derived view on `con`; `files` maps table -> its parts."""
     _create_empty_tables(con)
+    exclude = [key for key in path_keys(root) if key != "rank"]
     for table in TABLES:
-        con.execute(f"CREATE VIEW {view_name(table)} AS {table_view_sql(table, files.get(table, []))}")
+        query = table_view_sql(table, files.get(table, []), exclude)
+        con.execute(f"CREATE VIEW {view_name(table)} AS {query}")
     for name, query in DERIVED_VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {query}")

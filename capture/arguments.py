@@ -2,9 +2,8 @@
 
 Ints, bools, None, strings and lists stay as they are; values JSON cannot hold exactly are
 tagged objects: {"$float": "inf"}, {"$dtype": "float32"}, {"$device": "cuda:0"},
-{"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]},
-{"$tuple": [...]} is not used: tuples and lists both become JSON lists, as the dispatcher
-treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
+{"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]}, {"$script_object": "__torch__...."}.
+Tuples and lists both become JSON lists, as the dispatcher treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
 (event_tensors.k). Anything else is {"$repr": repr(value)} so nothing is silently dropped.
 """
 
@@ -58,6 +57,8 @@ def _encode(value, collector: TensorCollector, role: str, position, name, item):
         return _encode(int(value) if isinstance(value, int) else float(value), collector, role, position, name, item)
     if isinstance(value, complex):
         return {"$complex": [value.real, value.imag]}
+    if isinstance(value, torch.ScriptObject):  # e.g. the profiler's _RecordFunction handle
+        return {"$script_object": value._type().qualified_name()}
     return {"$repr": repr(value)}
 
 

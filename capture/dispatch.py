@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from capture.recorder import Recorder
 
 _op_names: dict = {}
+_written_arguments: dict = {}
+
+
+def written_arguments(func) -> tuple[frozenset, frozenset]:
+    """Positions and names of the arguments the op mutates (Tensor(a!) in its schema)."""
+    found = _written_arguments.get(func)
+    if found is None:
+        schema = getattr(func, "_schema", None)
+        arguments = schema.arguments if schema is not None else []
+        writes = [(i, a.name) for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
+        found = _written_arguments[func] = (frozenset(i for i, _ in writes), frozenset(n for _, n in writes))
+    return found
 
 
 def op_name(func) -> str:
@@ -80,15 +92,21 @@ class OpLog:
         args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out)
 
         inherit = name in ELEMENT_PRESERVING_VIEWS
+        written_positions, written_names = written_arguments(func)
         base_entry = None
         uses = self.uses
+        described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
         for k, (t, role, position, key, item) in enumerate(tensors):
-            if inherit and role == "out" and base_entry is not None:
-                tensor_id = registry.describe(t, seq, inherit_from=base_entry)
-            else:
-                tensor_id = registry.describe(t, seq)
-                if inherit and role == "arg" and position == 0:
-                    base_entry = registry.entries.get(id(t))
+            tensor_id = described.get(id(t))
+            if tensor_id is None:
+                if inherit and role == "out" and base_entry is not None:
+                    tensor_id = registry.describe(t, seq, inherit_from=base_entry)
+                else:
+                    written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
+                    tensor_id = registry.describe(t, seq, written=written)
+                    if inherit and role == "arg" and position == 0:
+                        base_entry = registry.entries.get(id(t))
+                described[id(t)] = tensor_id
             uses["seq"].append(seq)
             uses["k"].append(k)
             uses["role"].append(role)

@@ -232,6 +232,7 @@ class Recorder:
     def take_seq(self) -> int:
         seq = self._seq
         self._seq += 1
+        self._steps_recorded.add(self.step_index)
         return seq
 
     def peek_seq(self) -> int:
@@ -264,8 +265,6 @@ class Recorder:
     def _update_recording(self) -> None:
         in_schedule = self.schedule is None or self.schedule(self.step_index)
         self.recording = self.active and not self._suspended and in_schedule
-        if self.recording:
-            self._steps_recorded.add(self.step_index)
 
     def step(self) -> None:
         """Advance the step index; the schedule decides whether the new step is recorded."""

@@ -2,8 +2,9 @@
 
 A tensor object gets a `uid` the first time the capture sees it and keeps it while it lives
 (a weakref callback records when it dies, in `tensor_frees`). It gets a new `tensor_id`
-(a new described state) whenever its `_version` counter or shape changed since it was last
-described, i.e. after an in-place op, so every row shows the values an op really saw.
+(a new described state) whenever its `_version` counter, shape or requires_grad changed since
+it was last described (after an in-place op; autograd sets requires_grad on an op's output
+only after the op returned), so every row shows what an op really saw.
 
 Value statistics (nnz, is01) are taken with the Python dispatch key excluded, so no mode
 (ours or the user's) sees these extra ops. On CPU they are read at once: `.item()` is no
@@ -40,6 +41,13 @@ def storage_pointer(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # sparse, nested, tensors without storage
+        return -1
+
+
+def _version_of(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter
         return -1
 
 
@@ -95,7 +103,7 @@ class TensorRegistry:
         self.next_seq = next_seq
         self.parameter_names = parameter_names
         self.value_statistics = value_statistics
-        # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats]
+        # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats, requires_grad]
         self.entries: dict[int, list] = {}
         self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
         self.next_uid = 0
@@ -115,37 +123,36 @@ class TensorRegistry:
         return freed
 
     # -- describing ---------------------------------------------------------------------------
-    def lookup(self, t: torch.Tensor):
-        """The registry entry of `t` if its current state is already described, else None."""
-        entry = self.entries.get(id(t))
-        if entry is not None and entry[1] == t._version and entry[3] == t.shape:
-            return entry
-        return None
-
-    def describe(self, t: torch.Tensor, seq: int, inherit_from: list | None = None) -> int:
+    def describe(self, t: torch.Tensor, seq: int, inherit_from: list | None = None, written: bool = False) -> int:
         """The tensor_id of `t`'s current state, writing a row if this state is new.
 
         `inherit_from` is the entry of a tensor holding the same elements (a view's base):
-        its statistics are reused instead of scanning `t`.
+        its statistics are reused instead of scanning `t`. `written` marks an argument the op
+        mutated: inside the dispatch mode its version counter is not bumped yet (autograd's
+        ADInplaceOrView kernel bumps it after the Python key returns), so the state is
+        described anew and remembered under the version it will have.
         """
         key = id(t)
         entry = self.entries.get(key)
-        version = t._version
+        version = _version_of(t)
         shape = t.shape
+        requires_grad = t.requires_grad
         if entry is not None:
-            if entry[1] == version and entry[3] == shape:
+            if not written and entry[1] == version and entry[3] == shape and entry[6] == requires_grad:
                 return entry[2]
             uid = entry[0]
         else:
             uid = self.next_uid
             self.next_uid += 1
-            entry = [uid, None, None, None, weakref.ref(t, self._on_free(key, uid)), None]
+            entry = [uid, None, None, None, weakref.ref(t, self._on_free(key, uid)), None, None]
             self.entries[key] = entry
         tensor_id = self.next_tensor_id
         self.next_tensor_id += 1
-        entry[1], entry[2], entry[3] = version, tensor_id, shape
+        entry[1], entry[2], entry[3], entry[6] = version, tensor_id, shape, requires_grad
         entry[5] = self._statistics(t, inherit_from)
         self._write_row(t, uid, version, tensor_id, seq, entry[5])
+        if written and version >= 0:
+            entry[1] = version + 1
         return tensor_id
 
     def _statistics(self, t: torch.Tensor, inherit_from: list | None):

@@ -1,0 +1,98 @@
+"""Module scopes per op equal SpikingJelly's ActiveModuleTracker on the same run.
+
+SpikingJelly's own tracker runs beside the recorder in one run; a probe dispatch mode
+snapshots its `parents` and `active_modules` at every op. The trace must hold the same
+snapshot for the same op, forward, backward, optimizer step and the stale state after
+backward included. Both stacking orders of the two modes are run: with ours innermost, any
+op our statistics dispatched would reach the probe, so this also proves they do not leak.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.overrides import resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from analyze import open_trace
+from capture import Recorder
+from spikingjelly.activation_based.op_counter.base import ActiveModuleTracker
+from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
+
+
+class TrackerProbe(TorchDispatchMode):
+    def __init__(self, tracker: ActiveModuleTracker) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.rows: list[tuple[str, tuple, frozenset]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.rows.append(
+            (resolve_name(func), tuple(sorted(self.tracker.parents)), frozenset(self.tracker.active_modules))
+        )
+        return out
+
+
+def training_run(recorder: Recorder, model, x, case, optimizer) -> None:
+    for step in range(2):  # the second step starts with the stale tracker state of the first
+        with recorder.stage("forward", phase="forward"):
+            out = model(x)
+        loss = case.loss_fn(out, case.target(out))  # unlabeled, not suspended: SJ counts it too
+        with recorder.stage("backward", phase="backward"):
+            loss.backward()
+        with recorder.stage("optimizer", phase="optimizer"):
+            optimizer.step()
+            optimizer.zero_grad()
+        reset(model)
+
+
+def recorded_scopes(path, catalog_ids: dict[int, int]):
+    with open_trace(path) as trace:
+        frame = trace.sql(
+            """SELECT e.op, s.parents, s.active_modules
+               FROM events e JOIN scopes s USING (scope_id, rank) ORDER BY e.seq"""
+        )
+    return [
+        (op, tuple(parents), frozenset(int(m) for m in active))
+        for op, parents, active in zip(frame["op"], frame["parents"], frame["active_modules"])
+    ]
+
+
+@pytest.mark.parametrize("probe_inside", [True, False], ids=["probe-inside", "probe-outside"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_scopes_equal_spikingjelly_tracker(tmp_path, case, probe_inside):
+    model, x = build(case)
+    optimizer = OPTIMIZERS["sgd_momentum"](model.parameters())
+    tracker = ActiveModuleTracker()
+    probe = TrackerProbe(tracker)
+    recorder = Recorder(tmp_path / "trace", model=model, optimizer=optimizer)
+    if probe_inside:
+        with recorder, tracker, probe:
+            training_run(recorder, model, x, case, optimizer)
+    else:
+        with tracker, probe, recorder:
+            training_run(recorder, model, x, case, optimizer)
+
+    ids = recorder.catalog.ids
+    expected = [(op, parents, frozenset(ids[id(m)] for m in active)) for op, parents, active in probe.rows]
+    recorded = recorded_scopes(tmp_path / "trace", ids)
+    assert len(recorded) == len(expected)
+    mismatches = [(i, r, e) for i, (r, e) in enumerate(zip(recorded, expected)) if r != e]
+    assert not mismatches, mismatches[:3]
+    # The quirk the trace must keep: modules stay active after backward (spec 1.6).
+    optimizer_scopes = {r[2] for r, e in zip(recorded, expected) if r[1] == ("Global",) and r[2]}
+    assert optimizer_scopes, "expected stale active modules after backward"
+
+
+def test_forward_only_scopes(tmp_path):
+    case = CASES[0]
+    model, x = build(case)
+    tracker = ActiveModuleTracker()
+    probe = TrackerProbe(tracker)
+    recorder = Recorder(tmp_path / "trace", model=model)
+    with recorder, tracker, probe, torch.no_grad(), recorder.stage("forward"):
+        model(x)
+    ids = recorder.catalog.ids
+    expected = [(op, parents, frozenset(ids[id(m)] for m in active)) for op, parents, active in probe.rows]
+    assert recorded_scopes(tmp_path / "trace", ids) == expected
