@@ -172,14 +172,14 @@ class OpLog:
             if keep:
                 for position, flag in zip(SYNAPTIC_INPUTS[name], flags):
                     if flag is not False:
-                        self._append_packed(seq, args[position])
+                        self._append_packed(seq, position, args[position])
 
     def _append_stat(self, seq: int, stat: str, value) -> None:
         columns = self.op_stats
         columns["seq"].append(seq)
         columns["stat"].append(stat)
         if isinstance(value, torch.Tensor):
-            if value.device.type == "cpu":
+            if value.device.type == "cpu" and not self.recorder.defer_statistics:
                 columns["value"].append(float(value))
             else:
                 self.pending_stats.append((len(columns["value"]), value))
@@ -187,14 +187,15 @@ class OpLog:
         else:
             columns["value"].append(float(value))
 
-    def _append_packed(self, seq: int, t: torch.Tensor) -> None:
+    def _append_packed(self, seq: int, position: int, t: torch.Tensor) -> None:
         columns = self.packed
         registry = self.recorder.registry
         columns["seq"].append(seq)
         columns["tensor_id"].append(registry.entries[id(t)][2])
+        columns["position"].append(position)
         columns["shape"].append(t.shape)
         bits = pack_bits(t)
-        if bits.device.type == "cpu":
+        if bits.device.type == "cpu" and not self.recorder.defer_statistics:
             columns["bits"].append(_to_bytes(bits))
         else:
             self.pending_packed.append((len(columns["bits"]), bits))

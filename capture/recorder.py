@@ -116,6 +116,7 @@ class Recorder:
         *,
         value_statistics: bool = True,
         keep_binary_inputs: bool = False,
+        defer_statistics: bool = False,
         flush_events: int = 200_000,
         flush_bytes: int = 256 << 20,
         schedule: Callable[[int], bool] | None = None,
@@ -130,6 +131,7 @@ class Recorder:
         self.optimizers = [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         self.value_statistics = value_statistics
         self.keep_binary_inputs = keep_binary_inputs
+        self.defer_statistics = defer_statistics
         self.flush_events = flush_events
         self.flush_bytes = flush_bytes
         self.schedule = schedule
@@ -167,6 +169,7 @@ class Recorder:
         settings = {
             "value_statistics": self.value_statistics,
             "keep_binary_inputs": self.keep_binary_inputs,
+            "defer_statistics": self.defer_statistics,
             "flush_events": self.flush_events,
             "flush_bytes": self.flush_bytes,
             "schedule": getattr(self.schedule, "description", None if self.schedule is None else repr(self.schedule)),
@@ -193,7 +196,8 @@ class Recorder:
         self.catalog = ModuleCatalog(tables["modules"])
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
         self.registry = TensorRegistry(
-            tables["tensors"], tables["tensor_frees"], self.peek_seq, parameter_names, self.value_statistics
+            tables["tensors"], tables["tensor_frees"], self.peek_seq, parameter_names, self.value_statistics,
+            self.defer_statistics,
         )
         self.ops = OpLog(self)
         self.optimizer_log = OptimizerLog(self, tables["optimizer_steps"], parameter_names)

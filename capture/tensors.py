@@ -97,12 +97,16 @@ class TensorRegistry:
         next_seq: Callable[[], int],
         parameter_names: dict[int, str],
         value_statistics: bool = True,
+        defer_statistics: bool = False,
     ) -> None:
         self.rows = rows
         self.frees = frees
         self.next_seq = next_seq
         self.parameter_names = parameter_names
         self.value_statistics = value_statistics
+        # Keep statistics on the device until flush even on CPU: the accelerator code path,
+        # selectable so tests can run it without one.
+        self.defer_statistics = defer_statistics
         # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats, requires_grad]
         self.entries: dict[int, list] = {}
         self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
@@ -167,7 +171,7 @@ class TensorRegistry:
             nnz, is01 = source
             return (None if nnz is None else nnz * scale, is01)
         with excluded_from_modes(), torch.no_grad():
-            if t.device.type == "cpu":
+            if t.device.type == "cpu" and not self.defer_statistics:
                 return immediate_stats(t)
             nnz = torch.count_nonzero(t)
             ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)

@@ -93,6 +93,7 @@ PACKED_INPUTS = table(
     "Bit-packed binary inputs of synaptic ops, kept when the capture setting keep_binary_inputs is on.",
     field("seq", pa.int64(), "The op (events.seq).", False),
     field("tensor_id", pa.int64(), "The packed tensor state (tensors.tensor_id).", False),
+    field("position", pa.int16(), "Positional index of the packed operand in the op's arguments.", False),
     field("shape", _ints, "Logical shape of the packed tensor.", False),
     field("bits", pa.large_binary(), "Row-major values, 8 per byte, most significant bit first, zero-padded.", False),
 )

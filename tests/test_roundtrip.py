@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -91,17 +92,22 @@ class Reference(TorchDispatchMode):
                 )
             )
         ac = int(AC_RULES[func](args, kwargs, out)) if name in SYNAPTIC else None
+        packed = []
+        if name in SYNAPTIC:
+            offset = 1 if name in ("aten.addmm.default", "aten.baddbmm.default") else 0
+            packed = [np.packbits(t.detach().numpy().reshape(-1) != 0).tobytes()
+                      for t in args[offset:offset + 2] if is_binary_tensor(t)]
         self.ops.append(
-            dict(op=name, grad_enabled=torch.is_grad_enabled(), tensors=tensors, ac=ac,
+            dict(op=name, grad_enabled=torch.is_grad_enabled(), tensors=tensors, ac=ac, packed=packed,
                  args=_plain(list(args)), kwargs={k: _plain(v) for k, v in kwargs.items()})
         )
         return out
 
 
-def run_case(tmp_path, case, optimizer_name):
+def run_case(tmp_path, case, optimizer_name, **settings):
     model, x = build(case)
     optimizer = OPTIMIZERS[optimizer_name](model.parameters()) if optimizer_name else None
-    recorder = Recorder(tmp_path / "trace", model=model, optimizer=optimizer)
+    recorder = Recorder(tmp_path / "trace", model=model, optimizer=optimizer, **settings)
     names = {id(p): f"{type(model).__name__}.{n}" for n, p in model.named_parameters()}
     reference = Reference(names)
     memories, optimizer_rows = [], []
@@ -160,10 +166,21 @@ def _decode(value, tensor_shapes):
     return value
 
 
-@pytest.mark.parametrize("optimizer_name", [None, "sgd_momentum", "adam"], ids=["forward", "sgd", "adam"])
+VARIANTS = {
+    "forward": (None, {}),
+    "sgd": ("sgd_momentum", {}),
+    "adam": ("adam", {}),
+    # The accelerator code path (statistics stay on the device until flush), run on CPU,
+    # with bit-packed synaptic inputs kept.
+    "sgd-deferred-packed": ("sgd_momentum", {"defer_statistics": True, "keep_binary_inputs": True}),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_every_column_round_trips(tmp_path, case, optimizer_name):
-    reference, memories, optimizer_rows = run_case(tmp_path, case, optimizer_name)
+def test_every_column_round_trips(tmp_path, case, variant):
+    optimizer_name, settings = VARIANTS[variant]
+    reference, memories, optimizer_rows = run_case(tmp_path, case, optimizer_name, **settings)
     with open_trace(tmp_path / "trace") as trace:
         assert trace.complete and trace.validate() == []
         events = trace.sql("SELECT seq, op, grad_enabled, args, kwargs FROM events ORDER BY seq")
@@ -182,6 +199,7 @@ def test_every_column_round_trips(tmp_path, case, optimizer_name):
         )
         optimizer_table = trace.sql("SELECT shape, has_grad, state_keys FROM optimizer_steps ORDER BY seq, group_index, param_index")
         forward_pairs = trace.sql("SELECT kind, count(*) AS n FROM module_events GROUP BY kind")
+        packed = trace.sql("SELECT p.seq, p.bits, t.is01 FROM packed_inputs p JOIN tensors t USING (tensor_id, rank) ORDER BY p.seq, p.position")
 
     assert list(events["op"]) == [op["op"] for op in reference.ops]
     assert list(events["grad_enabled"]) == [op["grad_enabled"] for op in reference.ops]
@@ -229,6 +247,13 @@ def test_every_column_round_trips(tmp_path, case, optimizer_name):
     got_optimizer = [(list(s), bool(g), list(k)) for s, g, k in
                      zip(optimizer_table["shape"], optimizer_table["has_grad"], optimizer_table["state_keys"])]
     assert got_optimizer == expected_optimizer
+    if settings.get("keep_binary_inputs"):
+        # Deferred capture packs every synaptic input; the binary ones must equal the real bits.
+        recorded_bits = [bytes(b) for b, is01 in zip(packed["bits"], packed["is01"]) if is01]
+        assert recorded_bits == [bits for op in reference.ops for bits in op["packed"]]
+        assert recorded_bits
+    else:
+        assert packed.empty
     kinds = dict(zip(forward_pairs["kind"], forward_pairs["n"]))
     assert kinds["forward_pre"] == kinds["forward_post"] > 0
     if optimizer_name:
