@@ -17,6 +17,7 @@ import click
 import duckdb
 import pandas as pd
 
+from analyze.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceError, open_trace
 from schemas.version import SchemaVersionError
 
@@ -84,6 +85,7 @@ def print_info(trace: Trace, output_format: str) -> None:
             "trace": summary,
             "ops": _rows(trace, OP_COUNTS_QUERY),
             "stages": _rows(trace, STAGES_QUERY),
+            "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
         }
         click.echo(json.dumps(document, indent=1, default=str))
         return
@@ -106,6 +108,8 @@ def print_info(trace: Trace, output_format: str) -> None:
     click.echo(_table(trace.op_counts()))
     click.echo("\nstages:")
     click.echo(_table(trace.stages()))
+    click.echo("\nops per module scope (SpikingJelly attribution) and output spike rate:")
+    click.echo(_table(module_breakdown(trace)))
 
 
 @click.group(cls=SpiketraceGroup)

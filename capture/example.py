@@ -34,7 +34,7 @@ class SpikeFunction(torch.autograd.Function):
 class LIF(nn.Module):
     """Multi-step LIF neuron over inputs shaped [T, N, ...], hard reset to 0."""
 
-    def __init__(self, tau: float = 2.0, v_threshold: float = 1.0) -> None:
+    def __init__(self, tau: float = 2.0, v_threshold: float = 0.5) -> None:
         super().__init__()
         self.tau = tau
         self.v_threshold = v_threshold
@@ -63,6 +63,9 @@ class SpikingMLP(nn.Module):
         self.sn1 = LIF()
         self.fc2 = nn.Linear(n_hidden, n_out)
         self.sn2 = LIF()
+        with torch.no_grad():  # the default init leaves a net this small nearly silent
+            self.fc1.weight.mul_(4.0)
+            self.fc2.weight.mul_(4.0)
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         return self.sn2(self.fc2(self.sn1(self.fc1(x_seq)))).mean(0)

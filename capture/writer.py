@@ -40,6 +40,11 @@ class ListColumn:
         self.offsets: list[int] = [0]
         self.nulls: list[int] = []
 
+    def clear(self) -> None:
+        self.values.clear()
+        self.offsets[:] = [0]
+        self.nulls.clear()
+
     def append(self, items) -> None:
         if items is None:
             self.nulls.append(len(self.offsets) - 1)
@@ -68,13 +73,14 @@ class TableBuffer:
     def __init__(self, name: str, schema: pa.Schema) -> None:
         self.name = name
         self.schema = schema
-        self.columns: dict[str, Any] = {}
-        self.clear()
+        self.columns: dict[str, Any] = {
+            f.name: ListColumn() if pa.types.is_list(f.type) else [] for f in schema
+        }
 
     def clear(self) -> None:
-        self.columns = {
-            f.name: ListColumn() if pa.types.is_list(f.type) else [] for f in self.schema
-        }
+        # In place: hot paths keep references to these very lists.
+        for column in self.columns.values():
+            column.clear()
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
@@ -137,7 +143,7 @@ class TraceWriter:
         metadata: dict | None = None,
         versions: dict | None = None,
         device: str = "cpu",
-        flush_rows: int = 500_000,
+        flush_rows: int = 200_000,  # events per part
         flush_bytes: int = 256 << 20,
     ) -> None:
         self.root = Path(root)
@@ -182,8 +188,8 @@ class TraceWriter:
         return total
 
     def maybe_flush(self) -> None:
-        rows = self.buffered_rows()
-        if rows >= self.flush_rows or (rows and rows % 4096 == 0 and self.buffered_bytes_estimate() >= self.flush_bytes):
+        events = len(self.tables["events"])
+        if events >= self.flush_rows or (events and events % 4096 == 0 and self.buffered_bytes_estimate() >= self.flush_bytes):
             self.flush()
 
     def write_manifest(self) -> None:

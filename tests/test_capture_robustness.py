@@ -1,0 +1,196 @@
+"""Bad use gets clear errors; a crash leaves every flushed part readable; flushing bounds memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from analyze import open_trace
+from capture import Recorder, RecorderError, record_inference, record_training_step, schedule
+from capture.example import SpikingMLP, example_batch
+from capture.writer import TracePathError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_nested_stage_is_refused(tmp_path):
+    with Recorder(tmp_path / "t") as recorder, recorder.stage("forward"):
+        with pytest.raises(RecorderError, match="stages do not nest"):
+            with recorder.stage("backward"):
+                pass
+
+
+def test_stage_outside_context_is_refused(tmp_path):
+    recorder = Recorder(tmp_path / "t")
+    with pytest.raises(RecorderError, match="outside the Recorder context"):
+        with recorder.stage("forward"):
+            pass
+
+
+def test_stage_name_reused_with_other_options_is_refused(tmp_path):
+    with Recorder(tmp_path / "t") as recorder:
+        with recorder.stage("fwd", phase="forward"):
+            pass
+        with pytest.raises(ValueError, match="reused with different options"):
+            with recorder.stage("fwd", phase="backward"):
+                pass
+
+
+def test_invalid_phase_is_refused(tmp_path):
+    with Recorder(tmp_path / "t") as recorder, pytest.raises(ValueError, match="phase must be one of"):
+        with recorder.stage("x", phase="sideways"):
+            pass
+
+
+def test_path_holding_other_data_is_refused(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "notes.txt").write_text("keep me")
+    with pytest.raises(TracePathError, match="not a spiketrace trace"):
+        with Recorder(tmp_path / "data"):
+            pass
+    assert (tmp_path / "data" / "notes.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TracePathError, match="not a directory"):
+        with Recorder(tmp_path / "file"):
+            pass
+
+
+def test_existing_trace_is_replaced(tmp_path):
+    model = nn.Linear(3, 2)
+    record_inference(tmp_path / "t", model, torch.ones(1, 3))
+    record_inference(tmp_path / "t", model, torch.ones(4, 3))
+    with open_trace(tmp_path / "t") as trace:
+        shapes = trace.sql("SELECT DISTINCT shape FROM tensors WHERE shape[2] = 3 AND shape[1] <> 2")["shape"]  # inputs, not the weight
+    assert [list(s) for s in shapes] == [[4, 3]]
+
+
+def test_model_bound_to_two_recorders_is_refused(tmp_path):
+    model = nn.Linear(3, 2)
+    with Recorder(tmp_path / "a", model=model):
+        with pytest.raises(RecorderError, match="already bound"):
+            with Recorder(tmp_path / "b", model=model):
+                pass
+    with Recorder(tmp_path / "c", model=model):  # free again once the first closed
+        pass
+
+
+def test_suspend_records_nothing_but_keeps_scopes(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    with Recorder(tmp_path / "t", model=model) as recorder:
+        with recorder.suspend():
+            model(torch.ones(1, 3))
+        with recorder.stage("forward"):
+            (torch.ones(2) * 3).sum()
+    with open_trace(tmp_path / "t") as trace:
+        ops = list(trace.sql("SELECT op FROM events ORDER BY seq")["op"])
+        module_events = trace.count("module_events")
+    assert ops == ["aten.ones.default", "aten.mul.Tensor", "aten.sum.default"]
+    assert module_events == 0
+
+
+def test_unlabeled_ops_and_inferred_legacy_stage_options(tmp_path):
+    with Recorder(tmp_path / "t") as recorder:
+        torch.ones(2).neg()
+        with recorder.stage("b1_t0_forward_without_bp_bn"):
+            torch.ones(2).neg()
+        with recorder.stage("weight_update"):
+            torch.ones(2).neg()
+    with open_trace(tmp_path / "t") as trace:
+        events = trace.sql("SELECT stage, phase FROM events WHERE op = 'aten.neg.default' ORDER BY seq")
+        stages = trace.sql("SELECT name, phase, phase_source, reuse_weights, batch_norm_backward, b_index, t_index FROM stages ORDER BY begin_seq")
+    assert list(events["stage"]) == ["unlabeled", "b1_t0_forward_without_bp_bn", "weight_update"]
+    assert events["phase"].isna().tolist() == [True, False, False]
+    first, second = stages.to_dict("records")
+    assert (first["phase"], first["phase_source"], bool(first["reuse_weights"]), bool(first["batch_norm_backward"])) == (
+        "forward", "inferred", True, False)  # b1 > 0 reuses weights, as the seed profiler did
+    assert (int(first["b_index"]), int(first["t_index"])) == (1, 0)
+    assert second["phase"] == "optimizer"
+
+
+def test_schedule_records_only_active_steps(tmp_path):
+    rule = schedule(skip_first=1, wait=1, active=2, repeat=1)
+    assert [rule(step) for step in range(7)] == [False, False, True, True, False, False, False]
+    with Recorder(tmp_path / "t", schedule=rule) as recorder:
+        for step in range(7):
+            torch.full((2,), float(step)).neg()
+            recorder.step()
+    with open_trace(tmp_path / "t") as trace:
+        steps = sorted(set(trace.sql("SELECT step FROM events")["step"]))
+        assert trace.manifest["steps_recorded"] == 2
+    assert steps == [2, 3]
+
+
+def test_flushing_writes_parts_and_keeps_every_row(tmp_path):
+    torch.manual_seed(0)
+    model = SpikingMLP()
+    inputs, target = example_batch()
+    record_training_step(tmp_path / "t", model, inputs, target=target, loss_fn=nn.functional.mse_loss,
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1), flush_events=50)
+    torch.manual_seed(0)
+    model = SpikingMLP()
+    record_training_step(tmp_path / "one", model, inputs, target=target, loss_fn=nn.functional.mse_loss,
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with open_trace(tmp_path / "t") as many, open_trace(tmp_path / "one") as one:
+        assert len(many.files("events")) > 3 and len(one.files("events")) == 1
+        query = "SELECT op, count(*) AS n, sum(seq) AS s FROM events GROUP BY op ORDER BY op"
+        assert many.sql(query).equals(one.sql(query))
+        nnz = "SELECT sum(nnz) AS n, count(*) AS c FROM tensors"
+        assert many.sql(nnz).equals(one.sql(nnz))
+
+
+CRASHING_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {repo!r})
+    from capture import Recorder
+    with Recorder({path!r}, flush_events=200) as recorder:
+        with recorder.stage("forward"):
+            x = torch.ones(8)
+            for i in range(10_000_000):
+                x = x + 1
+                if i == 2000:
+                    print("flushed", flush=True)
+    """
+)
+
+
+def test_killed_capture_leaves_readable_incomplete_trace(tmp_path):
+    path = tmp_path / "crash"
+    process = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_SCRIPT.format(repo=str(REPO), path=str(path))],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["status"] == "running"
+    with open_trace(path) as trace:
+        assert not trace.complete
+        assert any("running" in w or "incomplete" in w for w in trace.warnings)
+        events = trace.sql("SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM events").iloc[0]
+    assert events["n"] >= 2000 // 2  # every flushed part is there and readable
+    assert events["hi"] - events["lo"] + 1 >= events["n"]
+
+
+def test_exception_inside_capture_marks_trace_failed(tmp_path):
+    with pytest.raises(ZeroDivisionError):
+        with Recorder(tmp_path / "t") as recorder, recorder.stage("forward"):
+            torch.ones(3).neg()
+            1 / 0
+    with open_trace(tmp_path / "t") as trace:
+        assert not trace.complete
+        assert trace.manifests[0]["status"] == "failed"
+        assert "ZeroDivisionError" in trace.manifests[0]["error"]
+        assert "aten.neg.default" in set(trace.sql("SELECT op FROM events")["op"])
