@@ -66,12 +66,18 @@ def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
     """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order."""
     collector = TensorCollector()
     encoded_args = [_encode(a, collector, "arg", i, None, None) for i, a in enumerate(args)]
-    encoded_kwargs = {key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()}
-    if isinstance(out, (tuple, list)):
-        encoded_out = [_encode(o, collector, "out", i, None, None) for i, o in enumerate(out)]
+    if kwargs:
+        kwargs_json = _dumps({key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()})
     else:
-        encoded_out = _encode(out, collector, "out", 0, None, None)
-    return _dumps(encoded_args), _dumps(encoded_kwargs), _dumps(encoded_out), collector.tensors
+        kwargs_json = "{}"
+    if isinstance(out, torch.Tensor):  # the common case, without the encoder
+        collector.tensors.append((out, "out", 0, None, None))
+        out_json = f'{{"$t":{len(collector.tensors) - 1}}}'
+    elif isinstance(out, (tuple, list)):
+        out_json = _dumps([_encode(o, collector, "out", i, None, None) for i, o in enumerate(out)])
+    else:
+        out_json = _dumps(_encode(out, collector, "out", 0, None, None))
+    return _dumps(encoded_args), kwargs_json, out_json, collector.tensors
 
 
 def decode_value(value):

@@ -64,7 +64,7 @@ class RecordingMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         recorder = self.recorder
         if recorder.recording:
-            with recorder.lock:
+            with recorder.lock, excluded_from_modes():
                 recorder.ops.record(func, args, kwargs, out)
         return out
 
@@ -148,7 +148,7 @@ class OpLog:
         key = (id(w), w._version)
         known = self._weight_binary.get(key)
         if known is None:
-            with excluded_from_modes(), torch.no_grad():
+            with torch.no_grad():
                 known = immediate_stats(w)[1]  # waits on the device: once per weight version
             if len(self._weight_binary) > 4096:
                 self._weight_binary.clear()
@@ -159,7 +159,7 @@ class OpLog:
         operands, statistic_names = OP_STATISTICS[name]
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.recorder.keep_binary_inputs
-        with excluded_from_modes(), torch.no_grad():
+        with torch.no_grad():
             for stat in statistic_names:
                 condition = STATISTICS[stat].condition
                 needed = flags[:1] if condition == "x_binary" else flags

@@ -34,7 +34,7 @@ import torch
 from capture.dispatch import OpLog, RecordingMode
 from capture.modules import ModuleCatalog
 from capture.optimizers import OptimizerLog
-from capture.tensors import TensorRegistry
+from capture.tensors import TensorRegistry, excluded_from_modes
 from capture.tracker import ScopeTracker
 from capture.writer import TraceWriter
 
@@ -349,7 +349,7 @@ class Recorder:
         module_id = self.catalog.module_id(module, tracker_name=tracker_name)
         if not self.recording:
             return
-        with self.lock:
+        with self.lock, excluded_from_modes():
             seq = self.take_seq()
             registry = self.registry
             ids = [None if t is None else registry.describe(t, seq) for t in tensors]

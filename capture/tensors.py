@@ -44,6 +44,12 @@ def storage_pointer(t: torch.Tensor) -> int:
         return -1
 
 
+_ROW_COLUMNS = (
+    "tensor_id", "uid", "version", "first_seq", "shape", "stride", "storage_offset", "dtype", "element_size",
+    "device", "requires_grad", "numel", "is_meta", "storage_ptr", "is_parameter", "parameter", "nnz", "is01",
+)
+
+
 def _version_of(t: torch.Tensor) -> int:
     try:
         return t._version
@@ -73,8 +79,17 @@ class PendingStats:
         self._nnz_tensor = self._ones_tensor = self._source = None
 
 
+# Below this many elements, reading the values into Python and counting beats two kernels.
+SMALL_TENSOR = 256
+
+
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
+    numel = t.numel()
+    if numel <= SMALL_TENSOR:
+        values = t.reshape(-1).tolist()
+        zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
+        return numel - zeros, zeros + values.count(1) == numel
     nnz = int(torch.count_nonzero(t))
     if t.dtype is torch.bool:
         return nnz, True
@@ -112,23 +127,30 @@ class TensorRegistry:
         self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
         self.next_uid = 0
         self.next_tensor_id = 0
+        self._refs: dict[weakref.ref, tuple[int, int]] = {}  # weakref -> (id, uid)
+        # (dtype, device) -> (dtype name, element size, device string)
+        self._kinds: dict[tuple, tuple[str, int, str]] = {}
+        if set(_ROW_COLUMNS) != set(rows.columns):
+            raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
+        self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
 
     # -- liveness ---------------------------------------------------------------------------
-    def _on_free(self, key: int, uid: int) -> Callable:
-        frees, entries, next_seq = self.frees.columns, self.entries, self.next_seq
-
-        def freed(_ref) -> None:
-            frees["uid"].append(uid)
-            frees["freed_seq"].append(next_seq())
-            entry = entries.get(key)
-            if entry is not None and entry[0] == uid:
-                del entries[key]
-
-        return freed
+    def _freed(self, ref: weakref.ref) -> None:
+        key, uid = self._refs.pop(ref, (None, None))
+        if uid is None:
+            return
+        frees = self.frees.columns
+        frees["uid"].append(uid)
+        frees["freed_seq"].append(self.next_seq())
+        entry = self.entries.get(key)
+        if entry is not None and entry[0] == uid:
+            del self.entries[key]
 
     # -- describing ---------------------------------------------------------------------------
     def describe(self, t: torch.Tensor, seq: int, inherit_from: list | None = None, written: bool = False) -> int:
         """The tensor_id of `t`'s current state, writing a row if this state is new.
+
+        Call it under excluded_from_modes(), so its statistics reach no dispatch mode.
 
         `inherit_from` is the entry of a tensor holding the same elements (a view's base):
         its statistics are reused instead of scanning `t`. `written` marks an argument the op
@@ -148,13 +170,15 @@ class TensorRegistry:
         else:
             uid = self.next_uid
             self.next_uid += 1
-            entry = [uid, None, None, None, weakref.ref(t, self._on_free(key, uid)), None, None]
+            ref = weakref.ref(t, self._freed)
+            self._refs[ref] = (key, uid)
+            entry = [uid, None, None, None, ref, None, None]
             self.entries[key] = entry
         tensor_id = self.next_tensor_id
         self.next_tensor_id += 1
         entry[1], entry[2], entry[3], entry[6] = version, tensor_id, shape, requires_grad
-        entry[5] = self._statistics(t, inherit_from)
-        self._write_row(t, uid, version, tensor_id, seq, entry[5])
+        entry[5] = stats = self._statistics(t, inherit_from)
+        self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
         if written and version >= 0:
             entry[1] = version + 1
         return tensor_id
@@ -170,39 +194,37 @@ class TensorRegistry:
                 return PendingStats(source=source, scale=scale)
             nnz, is01 = source
             return (None if nnz is None else nnz * scale, is01)
-        with excluded_from_modes(), torch.no_grad():
-            if t.device.type == "cpu" and not self.defer_statistics:
-                return immediate_stats(t)
-            nnz = torch.count_nonzero(t)
-            ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
-            return PendingStats(nnz, ones)
+        # Callers hold excluded_from_modes(); these ops are not differentiable, so no no_grad.
+        if not self.defer_statistics and t.device.type == "cpu":
+            return immediate_stats(t)
+        nnz = torch.count_nonzero(t)
+        ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
+        return PendingStats(nnz, ones)
 
-    def _write_row(self, t: torch.Tensor, uid: int, version: int, tensor_id: int, seq: int, stats) -> None:
-        c = self.rows.columns
-        c["tensor_id"].append(tensor_id)
-        c["uid"].append(uid)
-        c["version"].append(version)
-        c["first_seq"].append(seq)
-        c["shape"].append(t.shape)
-        c["stride"].append(t.stride() if t.layout is torch.strided else ())
-        c["storage_offset"].append(t.storage_offset() if t.layout is torch.strided else 0)
-        c["dtype"].append(_dtype_name(t.dtype))
-        c["element_size"].append(t.element_size())
-        c["device"].append(str(t.device))
-        c["requires_grad"].append(t.requires_grad)
-        c["numel"].append(t.numel())
-        c["is_meta"].append(t.is_meta)
-        c["storage_ptr"].append(storage_pointer(t))
-        name = self.parameter_names.get(id(t))
-        c["is_parameter"].append(name is not None)
-        c["parameter"].append(name)
-        if isinstance(stats, PendingStats):
-            self.pending.append((len(c["nnz"]), stats))
-            c["nnz"].append(None)
-            c["is01"].append(None)
+    def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad) -> None:
+        kind_key = (t.dtype, t.device)
+        kind = self._kinds.get(kind_key)
+        if kind is None:
+            kind = self._kinds[kind_key] = (_dtype_name(t.dtype), t.element_size(), str(t.device))
+        strided = t.layout is torch.strided
+        offset = t.storage_offset() if strided else 0
+        numel = t.numel()
+        if strided and numel and not t.is_meta:
+            # data_ptr = storage pointer + offset * element size, without building a storage object
+            storage = t.data_ptr() - offset * kind[1]
         else:
-            c["nnz"].append(stats[0])
-            c["is01"].append(stats[1])
+            storage = storage_pointer(t)
+        name = self.parameter_names.get(id(t))
+        pending = isinstance(stats, PendingStats)
+        values = (
+            tensor_id, uid, version, seq, shape, t.stride() if strided else (), offset, kind[0], kind[1], kind[2],
+            requires_grad, numel, t.is_meta, storage, name is not None, name,
+            None if pending else stats[0], None if pending else stats[1],
+        )
+        if pending:
+            self.pending.append((len(self._columns[0]), stats))
+        for column, value in zip(self._columns, values):
+            column.append(value)
 
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""

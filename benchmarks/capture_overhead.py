@@ -1,0 +1,187 @@
+"""Capture overhead, trace size and write throughput, measured side by side in one run.
+
+    python benchmarks/capture_overhead.py [--rounds 15] [--workloads mlp,vgg,sew] [--tiny-events 1000000]
+
+1. Step time, for three SNN training workloads (benchmarks/workloads.py): plain; under
+   spiketrace capture with full statistics; under SpikingJelly's DispatchCounterMode with its
+   five basic counters; under torch.profiler(record_shapes=True) + export_chrome_trace.
+   Variants are interleaved with a plain sample next to each (alternating order, rotating
+   variant order, warm-up rounds, gc.collect() outside the timed region). Reported: the median
+   step time and the median of the paired ratios variant / adjacent plain. A spiketrace sample
+   opens a Recorder, records `--steps-per-sample` steps and closes it (flush included).
+2. Trace size: bytes on disk (all tables, zstd) per event for 20 recorded steps, and events
+   per second written end to end.
+3. Tiny ops: a loop of `x = x + 1` on 16 elements under one Recorder; events/s per window of
+   100k events up to `--tiny-events`, beside a bare pass-through TorchDispatchMode.
+
+Targets (issue 2): full capture <= 1.5x plain on the conv workloads, <= 2x on the MLP;
+<= 32 B/event; >= 100k events/s on tiny ops, flat up to 1M events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.workloads import WORKLOADS, make, train_step  # noqa: E402
+from capture import Recorder  # noqa: E402
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def spikingjelly_mode():
+    from spikingjelly.activation_based.op_counter import (
+        ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
+    )
+
+    counters = [FlopCounter(), MemoryAccessCounter(), SynOpCounter(), MACCounter(), ACCounter()]
+    return DispatchCounterMode(counters, strict=False)
+
+
+def make_variants(workload, steps: int, scratch: Path):
+    net, x, target, loss_fn, opt = workload
+
+    def plain():
+        for _ in range(steps):
+            train_step(net, x, target, loss_fn, opt)
+
+    def spiketrace():
+        path = scratch / "capture"
+        with Recorder(path, model=net, optimizer=opt) as recorder:
+            for _ in range(steps):
+                train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+                recorder.step()
+        shutil.rmtree(path)
+
+    def sj_counters():
+        with spikingjelly_mode():
+            for _ in range(steps):
+                train_step(net, x, target, loss_fn, opt)
+
+    def profiler():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(steps):
+                train_step(net, x, target, loss_fn, opt)
+        prof.export_chrome_trace(str(scratch / "profile.json"))
+
+    return plain, {"spiketrace": spiketrace, "sj_5_counters": sj_counters, "torch_profiler": profiler}
+
+
+def timed(fn, steps: int) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) / steps
+
+
+def overhead(name: str, rounds: int, warmup: int, steps: int, scratch: Path) -> dict:
+    plain, variants = make_variants(make(name), steps, scratch)
+    times = {"plain": []} | {v: [] for v in variants}
+    ratios = {v: [] for v in variants}
+    names = list(variants)
+    for round_index in range(warmup + rounds):
+        order = names[round_index % len(names):] + names[: round_index % len(names)]
+        for variant in order:
+            if round_index % 2:
+                base, value = timed(plain, steps), timed(variants[variant], steps)
+            else:
+                value, base = timed(variants[variant], steps), timed(plain, steps)
+            if round_index >= warmup:
+                times["plain"].append(base)
+                times[variant].append(value)
+                ratios[variant].append(value / base)
+    return {
+        "median_ms": {v: 1e3 * statistics.median(t) for v, t in times.items()},
+        "ratio": {v: statistics.median(r) for v, r in ratios.items()},
+    }
+
+
+def trace_size(name: str, steps: int, scratch: Path) -> tuple[float, float, int]:
+    net, x, target, loss_fn, opt = make(name)
+    train_step(net, x, target, loss_fn, opt)  # warm up
+    path = scratch / f"size-{name}"
+    start = time.perf_counter()
+    with Recorder(path, model=net, optimizer=opt) as recorder:
+        for _ in range(steps):
+            train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+            recorder.step()
+    elapsed = time.perf_counter() - start
+    events = recorder.writer.counts["events"]
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    shutil.rmtree(path)
+    return size / events, events / elapsed, events
+
+
+def tiny_ops(total: int, window: int, scratch: Path) -> tuple[list[float], float]:
+    def loop(n: int) -> float:
+        x = torch.zeros(16)
+        start = time.perf_counter()
+        for _ in range(n):
+            x = x + 1
+        return time.perf_counter() - start
+
+    plain = loop(window)
+    with PassThrough():
+        passthrough = window / max(loop(window) - plain, 1e-9)
+    rates = []
+    with Recorder(scratch / "tiny"):
+        for _ in range(total // window):
+            elapsed = loop(window)
+            rates.append(window / max(elapsed - plain, 1e-9))
+    shutil.rmtree(scratch / "tiny")
+    return rates, passthrough
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--workloads", default="mlp,vgg,sew")
+    parser.add_argument("--steps-per-sample", type=int, default=2)
+    parser.add_argument("--size-steps", type=int, default=20)
+    parser.add_argument("--tiny-events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    scratch = Path(tempfile.mkdtemp(prefix="spiketrace-bench-"))
+    names = [n for n in args.workloads.split(",") if n]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds after {args.warmup} warm-up\n")
+    print("## Step time: median ms per training step, and median paired ratio to plain\n")
+    print("| workload | plain ms | spiketrace ms (x) | SJ 5 counters ms (x) | torch.profiler ms (x) |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        result = overhead(name, args.rounds, args.warmup, args.steps_per_sample, scratch)
+        ms, ratio = result["median_ms"], result["ratio"]
+        cells = [f"{ms[v]:.1f} ({ratio[v]:.2f}x)" for v in ("spiketrace", "sj_5_counters", "torch_profiler")]
+        print(f"| {name} | {ms['plain']:.1f} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n## Trace size and write rate ({args.size_steps} recorded steps in one trace)\n")
+    print("| workload | events | bytes/event on disk | events/s end to end |")
+    print("|---|---|---|---|")
+    for name in names:
+        per_event, rate, events = trace_size(name, args.size_steps, scratch)
+        print(f"| {name} | {events} | {per_event:.1f} | {rate:,.0f} |", flush=True)
+    if args.tiny_events:
+        window = min(100_000, args.tiny_events)
+        rates, passthrough = tiny_ops(args.tiny_events, window, scratch)
+        print(f"\n## Tiny ops: capture-only events/s per window of {window:,} (x = x + 1, 16 elements)\n")
+        print(f"bare pass-through TorchDispatchMode: {passthrough:,.0f} events/s")
+        print("spiketrace, windows in order: " + ", ".join(f"{r / 1e3:,.0f}k" for r in rates))
+        print(f"median {statistics.median(rates):,.0f} events/s; last/first window {rates[-1] / rates[0]:.2f}")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
