@@ -17,7 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from capture.arguments import encode_call
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
 from capture.tensors import excluded_from_modes, immediate_stats
-from schemas.statistics import ELEMENT_PRESERVING_VIEWS, OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+from capture.propagation import PROPAGATION
+from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 
 if TYPE_CHECKING:
     from capture.recorder import Recorder
@@ -91,21 +92,18 @@ class OpLog:
         name = op_name(func)
         args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out)
 
-        inherit = name in ELEMENT_PRESERVING_VIEWS
         written_positions, written_names = written_arguments(func)
-        base_entry = None
+        propagate = PROPAGATION.get(name)
         uses = self.uses
         described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
         for k, (t, role, position, key, item) in enumerate(tensors):
             tensor_id = described.get(id(t))
             if tensor_id is None:
-                if inherit and role == "out" and base_entry is not None:
-                    tensor_id = registry.describe(t, seq, inherit_from=base_entry)
-                else:
-                    written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
-                    tensor_id = registry.describe(t, seq, written=written)
-                    if inherit and role == "arg" and position == 0:
-                        base_entry = registry.entries.get(id(t))
+                known = None
+                if propagate is not None and role == "out" and t is out:
+                    known = propagate(args, kwargs, out, registry.stats_of)
+                written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
+                tensor_id = registry.describe(t, seq, known_stats=known, written=written)
                 described[id(t)] = tensor_id
             uses["seq"].append(seq)
             uses["k"].append(k)

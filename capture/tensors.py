@@ -83,6 +83,27 @@ class PendingStats:
 SMALL_TENSOR = 256
 
 
+try:  # numpy's comparisons are branch-free SIMD; torch's CPU count_nonzero slows down on mixed data
+    import numpy
+except ImportError:  # capture needs only torch; without numpy the torch kernels do the same job
+    numpy = None
+
+_NUMPY_DTYPES = frozenset(
+    {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+)
+
+
+def _numpy_stats(t: torch.Tensor) -> tuple[int, bool]:
+    values = t.detach().numpy()
+    nnz = int(numpy.count_nonzero(values != 0))
+    if nnz == 0:
+        return 0, True
+    first = values.flat[0]
+    if first != 0 and first != 1:
+        return nnz, False
+    return nnz, int(numpy.count_nonzero(values == 1)) == nnz
+
+
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
     numel = t.numel()
@@ -90,9 +111,12 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
         values = t.reshape(-1).tolist()
         zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
         return numel - zeros, zeros + values.count(1) == numel
+    dtype = t.dtype
+    if dtype is torch.bool:
+        return int(torch.count_nonzero(t)), True
+    if numpy is not None and dtype in _NUMPY_DTYPES and not t.is_conj() and not t.is_neg():
+        return _numpy_stats(t)
     nnz = int(torch.count_nonzero(t))
-    if t.dtype is torch.bool:
-        return nnz, True
     if nnz == 0:
         return 0, True
     first = t[(0,) * t.dim()].item()
@@ -147,13 +171,13 @@ class TensorRegistry:
             del self.entries[key]
 
     # -- describing ---------------------------------------------------------------------------
-    def describe(self, t: torch.Tensor, seq: int, inherit_from: list | None = None, written: bool = False) -> int:
+    def describe(self, t: torch.Tensor, seq: int, known_stats: tuple | None = None, written: bool = False) -> int:
         """The tensor_id of `t`'s current state, writing a row if this state is new.
 
         Call it under excluded_from_modes(), so its statistics reach no dispatch mode.
 
-        `inherit_from` is the entry of a tensor holding the same elements (a view's base):
-        its statistics are reused instead of scanning `t`. `written` marks an argument the op
+        `known_stats` are (nnz, is01) the caller derived exactly (capture.propagation), used
+        instead of scanning `t`. `written` marks an argument the op
         mutated: inside the dispatch mode its version counter is not bumped yet (autograd's
         ADInplaceOrView kernel bumps it after the Python key returns), so the state is
         described anew and remembered under the version it will have.
@@ -163,9 +187,14 @@ class TensorRegistry:
         version = _version_of(t)
         shape = t.shape
         requires_grad = t.requires_grad
+        same_values = False
         if entry is not None:
-            if not written and entry[1] == version and entry[3] == shape and entry[6] == requires_grad:
-                return entry[2]
+            if not written and entry[1] == version and entry[3] == shape:
+                if entry[6] == requires_grad:
+                    return entry[2]
+                # Only requires_grad changed (autograd marks an op's output after it returned):
+                # a new row, but the values, and so the statistics, are the ones already taken.
+                same_values = True
             uid = entry[0]
         else:
             uid = self.next_uid
@@ -177,23 +206,17 @@ class TensorRegistry:
         tensor_id = self.next_tensor_id
         self.next_tensor_id += 1
         entry[1], entry[2], entry[3], entry[6] = version, tensor_id, shape, requires_grad
-        entry[5] = stats = self._statistics(t, inherit_from)
+        if not same_values:
+            entry[5] = known_stats if known_stats is not None and self.value_statistics else self._statistics(t)
+        stats = entry[5]
         self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
         if written and version >= 0:
             entry[1] = version + 1
         return tensor_id
 
-    def _statistics(self, t: torch.Tensor, inherit_from: list | None):
+    def _statistics(self, t: torch.Tensor):
         if not self.value_statistics or t.is_meta or t.layout is not torch.strided:
             return (None, None)
-        if inherit_from is not None and inherit_from[5] is not None:
-            source = inherit_from[5]
-            base_numel = inherit_from[3].numel()
-            scale = t.numel() // base_numel if base_numel else 0
-            if isinstance(source, PendingStats):
-                return PendingStats(source=source, scale=scale)
-            nnz, is01 = source
-            return (None if nnz is None else nnz * scale, is01)
         # Callers hold excluded_from_modes(); these ops are not differentiable, so no no_grad.
         if not self.defer_statistics and t.device.type == "cpu":
             return immediate_stats(t)
@@ -229,7 +252,7 @@ class TensorRegistry:
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""
         entry = self.entries.get(id(t))
-        if entry is None or isinstance(entry[5], PendingStats):
+        if entry is None or isinstance(entry[5], PendingStats) or entry[5][0] is None:
             return None
         return entry[5]
 

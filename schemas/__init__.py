@@ -1,12 +1,11 @@
 """The versioned Arrow schemas of a spiketrace trace: the contract capture and analyze share."""
 
 from schemas.layout import FORMAT_MARKER, MANIFEST_NAME
-from schemas.statistics import ELEMENT_PRESERVING_VIEWS, OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 from schemas.tables import TABLES, field_doc, table_doc
 from schemas.version import SCHEMA_VERSION, SchemaVersionError, check_readable, parse_version
 
 __all__ = [
-    "ELEMENT_PRESERVING_VIEWS",
     "FORMAT_MARKER",
     "MANIFEST_NAME",
     "OP_STATISTICS",

@@ -4,11 +4,10 @@ Capture reads these tables to decide what to compute; analysis reads them to kno
 trace can answer. Adding a statistic is a new row here plus its function in
 capture/op_statistics.py; old traces simply lack the rows.
 
-Per-tensor statistics (`nnz`, `is01` in the tensors table) are taken for every tensor state,
-except that the output of an op in ELEMENT_PRESERVING_VIEWS inherits them from its input
-(a view holds the same elements; `expand` repeats every element the same number of times,
-so nnz scales by numel_out / numel_in). Together nnz, is01, dtype, numel and is_meta decide
-all six of SpikingJelly's binary predicates (see ../shared/reference, spec section 0).
+Per-tensor statistics (`nnz`, `is01` in the tensors table) are taken for every tensor state.
+(Capture derives some outputs' statistics exactly from their inputs' instead of scanning
+them, see capture/propagation.py; the values are the same.) Together nnz, is01, dtype, numel
+and is_meta decide all six of SpikingJelly's binary predicates (spec section 0).
 """
 
 from __future__ import annotations
@@ -74,31 +73,6 @@ OP_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
 SYNAPTIC_INPUTS: dict[str, tuple[int, ...]] = {
     op: tuple(operand.position for operand in operands) for op, (operands, _) in OP_STATISTICS.items()
 }
-
-# Ops whose output holds exactly the input's elements (or each repeated equally, for expand):
-# its nnz/is01 follow from args[0]'s, so the capture does not scan it again.
-ELEMENT_PRESERVING_VIEWS: frozenset[str] = frozenset(
-    {
-        "aten.view.default",
-        "aten._unsafe_view.default",
-        "aten.reshape.default",
-        "aten.alias.default",
-        "aten.detach.default",
-        "aten.lift_fresh.default",
-        "aten.t.default",
-        "aten.transpose.int",
-        "aten.permute.default",
-        "aten.unsqueeze.default",
-        "aten.squeeze.default",
-        "aten.squeeze.dim",
-        "aten.squeeze.dims",
-        "aten.expand.default",
-        "aten.flatten.using_ints",
-        "aten.contiguous.default",
-        "aten.clone.default",
-    }
-)
-
 
 def statistics_for(op: str) -> tuple[str, ...]:
     entry = OP_STATISTICS.get(op)
