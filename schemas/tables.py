@@ -60,7 +60,7 @@ TENSORS = table(
     field("uid", pa.int64(), "Per-object id, stable for the object's lifetime (see tensor_frees).", False),
     field("version", pa.int64(), "The tensor's _version counter when described (in-place ops bump it).", False),
     field("first_seq", pa.int64(), "seq of the record that first described this state.", False),
-    field("shape", _ints, "Sizes.", False),
+    field("shape", _ints, "Sizes, one per dimension.", False),
     field("stride", _ints, "Strides in elements.", False),
     field("storage_offset", pa.int64(), "Storage offset in elements.", False),
     field("dtype", _str, "torch dtype name without the 'torch.' prefix, e.g. float32.", False),
