@@ -65,7 +65,16 @@ def _encode(value, collector: TensorCollector, role: str, position, name, item):
 def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
     """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order."""
     collector = TensorCollector()
-    encoded_args = [_encode(a, collector, "arg", i, None, None) for i, a in enumerate(args)]
+    tensors = collector.tensors
+    encoded_args = []
+    for i, a in enumerate(args):  # tensors and ints first: most arguments are one of them
+        if isinstance(a, torch.Tensor):
+            tensors.append((a, "arg", i, None, None))
+            encoded_args.append({"$t": len(tensors) - 1})
+        elif type(a) is int or a is None:
+            encoded_args.append(a)
+        else:
+            encoded_args.append(_encode(a, collector, "arg", i, None, None))
     if kwargs:
         kwargs_json = _dumps({key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()})
     else:

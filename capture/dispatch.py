@@ -19,6 +19,7 @@ from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
 from capture.tensors import excluded_from_modes, immediate_stats
 from capture.propagation import PROPAGATION
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+from schemas.tables import TABLES
 
 if TYPE_CHECKING:
     from capture.recorder import Recorder
@@ -55,6 +56,13 @@ def pack_bits(t: torch.Tensor) -> torch.Tensor:
     return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
 
 
+_EVENT_COLUMNS = ("seq", "op", "step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
+                  "scope_id", "args", "kwargs", "out")
+_USE_COLUMNS = ("seq", "k", "role", "position", "name", "item", "tensor_id")
+if set(_EVENT_COLUMNS) != set(TABLES["events"].names) or set(_USE_COLUMNS) != set(TABLES["event_tensors"].names):
+    raise AssertionError("capture.dispatch column lists are out of step with schemas.tables")
+
+
 class RecordingMode(TorchDispatchMode):
     def __init__(self, recorder: "Recorder") -> None:
         super().__init__()
@@ -80,6 +88,9 @@ class OpLog:
         self.uses = tables["event_tensors"].columns
         self.op_stats = tables["op_stats"].columns
         self.packed = tables["packed_inputs"].columns
+        # Bound append methods in schema order: the per-op path calls them directly.
+        self._event_appends = [self.events[name].append for name in _EVENT_COLUMNS]
+        self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
         self.pending_stats: list[tuple[int, torch.Tensor]] = []
         self.pending_packed: list[tuple[int, torch.Tensor]] = []
         # (id(weight), version) -> is01 for the expensive both-binary check off CPU.
@@ -94,7 +105,7 @@ class OpLog:
 
         written_positions, written_names = written_arguments(func)
         propagate = PROPAGATION.get(name)
-        uses = self.uses
+        u = self._use_appends
         described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
         for k, (t, role, position, key, item) in enumerate(tensors):
             tensor_id = described.get(id(t))
@@ -105,29 +116,18 @@ class OpLog:
                 written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
                 tensor_id = registry.describe(t, seq, known_stats=known, written=written)
                 described[id(t)] = tensor_id
-            uses["seq"].append(seq)
-            uses["k"].append(k)
-            uses["role"].append(role)
-            uses["position"].append(position)
-            uses["name"].append(key)
-            uses["item"].append(item)
-            uses["tensor_id"].append(tensor_id)
+            u[0](seq); u[1](k); u[2](role); u[3](position); u[4](key); u[5](item); u[6](tensor_id)
 
-        events = self.events
         stage = recorder.current_stage
-        events["seq"].append(seq)
-        events["op"].append(name)
-        events["step"].append(recorder.step_index)
-        events["stage_id"].append(stage.stage_id if stage else None)
-        events["stage"].append(stage.name if stage else "unlabeled")
-        events["phase"].append(stage.phase if stage else None)
-        events["grad_enabled"].append(torch.is_grad_enabled())
-        events["in_backward"].append(torch._C._current_graph_task_id() != -1)
-        events["thread"].append(recorder.thread_index())
-        events["scope_id"].append(recorder.scope_id())
-        events["args"].append(args_json)
-        events["kwargs"].append(kwargs_json)
-        events["out"].append(out_json)
+        e = self._event_appends
+        e[0](seq); e[1](name); e[2](recorder.step_index)
+        if stage is None:
+            e[3](None); e[4]("unlabeled"); e[5](None)
+        else:
+            e[3](stage.stage_id); e[4](stage.name); e[5](stage.phase)
+        e[6](torch.is_grad_enabled()); e[7](torch._C._current_graph_task_id() != -1)
+        e[8](recorder.thread_index()); e[9](recorder.scope_id())
+        e[10](args_json); e[11](kwargs_json); e[12](out_json)
 
         if name in OP_STATISTICS:
             self._op_statistics(name, seq, args, out)

@@ -155,6 +155,8 @@ class Recorder:
         self._memory_snapshots: dict[int, tuple] = {}
         self._steps_recorded: set[int] = set()
         self._forward_calls: dict[int, int] = {}
+        self._stateful_generation = -1
+        self._active_stateful: list = []  # (module_id, module) of active neurons, per tracker generation
 
     # -- context ------------------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -384,13 +386,15 @@ class Recorder:
 
     def snapshot_memories(self, seq: int) -> None:
         """Record the memories of active stateful neurons whenever they changed (NeuronState replay)."""
-        stateful = self.catalog.stateful
-        if not stateful:
-            return
-        for module in self.tracker.active_modules:
-            module_id = self.catalog.ids.get(id(module))
-            if module_id in stateful:
-                self._snapshot(seq, module_id, module, force=False)
+        tracker = self.tracker
+        if tracker.generation != self._stateful_generation:
+            ids, stateful = self.catalog.ids, self.catalog.stateful
+            self._active_stateful = [
+                (ids[id(m)], m) for m in tracker.active_modules if ids.get(id(m)) in stateful
+            ]
+            self._stateful_generation = tracker.generation
+        for module_id, module in self._active_stateful:
+            self._snapshot(seq, module_id, module, force=False)
 
     def _snapshot(self, seq: int, module_id: int, module, force: bool) -> None:
         memories = module._memories

@@ -108,7 +108,8 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
     numel = t.numel()
     if numel <= SMALL_TENSOR:
-        values = t.reshape(-1).tolist()
+        dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op
+        values = t.tolist() if dim == 1 else [t.item()] if dim == 0 else t.reshape(-1).tolist()
         zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
         return numel - zeros, zeros + values.count(1) == numel
     dtype = t.dtype
@@ -157,6 +158,7 @@ class TensorRegistry:
         if set(_ROW_COLUMNS) != set(rows.columns):
             raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
+        self._append = [column.append for column in self._columns]  # bound once: the hot path
 
     # -- liveness ---------------------------------------------------------------------------
     def _freed(self, ref: weakref.ref) -> None:
@@ -238,16 +240,16 @@ class TensorRegistry:
         else:
             storage = storage_pointer(t)
         name = self.parameter_names.get(id(t))
-        pending = isinstance(stats, PendingStats)
-        values = (
-            tensor_id, uid, version, seq, shape, t.stride() if strided else (), offset, kind[0], kind[1], kind[2],
-            requires_grad, numel, t.is_meta, storage, name is not None, name,
-            None if pending else stats[0], None if pending else stats[1],
-        )
-        if pending:
+        a = self._append
+        if isinstance(stats, PendingStats):
             self.pending.append((len(self._columns[0]), stats))
-        for column, value in zip(self._columns, values):
-            column.append(value)
+            nnz = is01 = None
+        else:
+            nnz, is01 = stats
+        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](shape)
+        a[5](t.stride() if strided else ()); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
+        a[10](requires_grad); a[11](numel); a[12](t.is_meta); a[13](storage); a[14](name is not None)
+        a[15](name); a[16](nnz); a[17](is01)
 
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""

@@ -1,7 +1,7 @@
 """Buffered, columnar writing of a trace: Python lists per column, flushed to Parquet parts.
 
-Rows are appended to one flat list per column (list-typed columns keep a flat value list plus
-offsets), so no Python object is created per row and the cyclic GC has nothing new to scan.
+Rows are appended to one list per column, so no Python object is created per row (list-typed
+cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
 A flush turns the lists into Arrow arrays, writes one part per table under a temporary name
 and renames it; then the manifest is rewritten atomically. A process killed at any moment
 therefore leaves only whole parts and a manifest that says `running`.
@@ -30,52 +30,14 @@ class TracePathError(ValueError):
     """The target path cannot hold a new trace."""
 
 
-class ListColumn:
-    """A list<...> column kept as flat values plus row offsets (and a mask for null rows)."""
-
-    __slots__ = ("values", "offsets", "nulls")
-
-    def __init__(self) -> None:
-        self.values: list = []
-        self.offsets: list[int] = [0]
-        self.nulls: list[int] = []
-
-    def clear(self) -> None:
-        self.values.clear()
-        self.offsets[:] = [0]
-        self.nulls.clear()
-
-    def append(self, items) -> None:
-        if items is None:
-            self.nulls.append(len(self.offsets) - 1)
-        else:
-            self.values.extend(items)
-        self.offsets.append(len(self.values))
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def to_arrow(self, type_: pa.ListType) -> pa.Array:
-        values = pa.array(self.values, type=type_.value_type)
-        offsets = pa.array(self.offsets, type=pa.int32())
-        mask = None
-        if self.nulls:
-            flags = [False] * len(self)
-            for index in self.nulls:
-                flags[index] = True
-            mask = pa.array(flags, type=pa.bool_())
-        return pa.ListArray.from_arrays(offsets, values, type=type_, mask=mask)
-
-
 class TableBuffer:
-    """The pending rows of one table: `columns[name]` is a list (or ListColumn) per field."""
+    """The pending rows of one table: `columns[name]` is a plain list per field (list-typed
+    fields hold a sequence, e.g. a torch.Size, or None per row)."""
 
     def __init__(self, name: str, schema: pa.Schema) -> None:
         self.name = name
         self.schema = schema
-        self.columns: dict[str, Any] = {
-            f.name: ListColumn() if pa.types.is_list(f.type) else [] for f in schema
-        }
+        self.columns: dict[str, list] = {f.name: [] for f in schema}
 
     def clear(self) -> None:
         # In place: hot paths keep references to these very lists.
@@ -91,13 +53,7 @@ class TableBuffer:
             column.append(values.get(name))
 
     def to_arrow(self) -> pa.Table:
-        arrays = []
-        for f in self.schema:
-            column = self.columns[f.name]
-            if isinstance(column, ListColumn):
-                arrays.append(column.to_arrow(f.type))
-            else:
-                arrays.append(pa.array(column, type=f.type))
+        arrays = [pa.array(self.columns[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
@@ -190,11 +146,12 @@ class TraceWriter:
         return sum(len(buffer) for buffer in self.tables.values())
 
     def buffered_bytes_estimate(self) -> int:
-        # Python lists hold pointers (8 B) to mostly shared small objects; list values dominate.
+        # Python lists hold pointers (8 B) to mostly shared small objects; a list-typed cell
+        # (a shape tuple) costs about 80 B more.
         total = 0
         for buffer in self.tables.values():
-            for column in buffer.columns.values():
-                total += 8 * (len(column.values) if isinstance(column, ListColumn) else len(column))
+            for f in buffer.schema:
+                total += (88 if pa.types.is_list(f.type) else 8) * len(buffer.columns[f.name])
         return total
 
     def maybe_flush(self) -> None:
