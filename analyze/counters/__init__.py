@@ -1,0 +1,106 @@
+"""Offline op counters equal to SpikingJelly 2.0.0's online ones, from a trace.
+
+    from analyze import open_trace
+    from analyze.counters import counts
+    with open_trace("runs/step") as trace:
+        frame = counts(trace, ["flop", "ac"], stage="forward")
+        frame.attrs["unsupported"]            # ops no rule covers, per counter
+        as_spikingjelly(frame, "flop")        # {scope: {op: n}}, like get_counts()
+
+Each counter is a rule table (op -> SQL expression) in its own module; see engine.py for how
+tables are evaluated and attributed to scopes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+import pandas as pd
+
+from analyze.counters import ac, flop, mac, memory_access, synop
+from analyze.counters.engine import COMPAT_MODES, CounterResult, StrictModeError, count_events
+
+COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
+GROUPS = ("stage", "phase", "step", "rank")
+
+__all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts"]
+
+
+def _quote(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _where(stage=None, phase=None, step=None, rank=None, module=None, ops=None) -> str:
+    clauses = []
+    for column, value in (("stage", stage), ("phase", phase), ("step", step), ("rank", rank)):
+        if value is not None:
+            values = value if isinstance(value, (list, tuple, set)) else [value]
+            clauses.append(f"{column} IN ({', '.join(_quote(v) if isinstance(v, str) else str(int(v)) for v in values)})")
+    if module is not None:
+        # events attributed to this scope (and so to its subtree), SpikingJelly-style
+        clauses.append(
+            f"(rank, scope_id) IN (SELECT rank, scope_id FROM scopes WHERE list_contains(parents, {_quote(module)}))"
+        )
+    if ops is not None:
+        patterns = [ops] if isinstance(ops, str) else list(ops)
+        clauses.append("(" + " OR ".join(f"op GLOB {_quote(p if any(c in p for c in '*?[') else p + '*')}" for p in patterns) + ")")
+    return " AND ".join(clauses) or "true"
+
+
+def _ignore_names(ignore_modules) -> list[str]:
+    names = []
+    for item in ignore_modules or ():
+        names.append(item if isinstance(item, str) else f"{item.__module__}.{item.__qualname__}")
+    return names
+
+
+def count(
+    trace,
+    counters=None,
+    *,
+    stage=None,
+    phase=None,
+    step=None,
+    rank=None,
+    module=None,
+    ops=None,
+    by: tuple[str, ...] | list[str] = (),
+    ignore_modules=None,
+    compat: str | None = None,
+    strict: bool = False,
+) -> CounterResult:
+    """Run `counters` (names; all five by default) over the selected events of `trace`."""
+    names = list(COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
+    unknown = [n for n in names if n not in COUNTERS]
+    if unknown:
+        raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(COUNTERS)}")
+    bad_groups = [g for g in by if g not in GROUPS]
+    if bad_groups:
+        raise ValueError(f"cannot group by {bad_groups}; choose from {GROUPS}")
+    return count_events(
+        trace.con,
+        {n: COUNTERS[n] for n in names},
+        where=_where(stage, phase, step, rank, module, ops),
+        group_by=tuple(by),
+        ignore_modules=_ignore_names(ignore_modules),
+        compat=compat,
+        strict=strict,
+    )
+
+
+def counts(trace, counters=None, **options) -> pd.DataFrame:
+    """Tidy counts (counter, scope, op, value [, stage, phase, step, rank as asked with by=]).
+
+    `frame.attrs["unsupported"]` lists, per counter, the ops no rule covers (calls and
+    tensor bytes involved); `frame.attrs["aborts"]` the ops SpikingJelly would abort on
+    (compat mode only)."""
+    result = count(trace, counters, **options)
+    frame = result.frame
+    frame.attrs["unsupported"] = result.unsupported
+    frame.attrs["aborts"] = result.aborts
+    return frame
+
+
+def as_spikingjelly(frame: pd.DataFrame, counter: str) -> dict[str, dict[str, int]]:
+    """{scope: {op: value}} for one counter, the shape of SpikingJelly's get_counts()."""
+    return CounterResult(frame, pd.DataFrame()).spikingjelly(counter)

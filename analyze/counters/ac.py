@@ -1,0 +1,68 @@
+"""Accumulates (ACs), as SpikingJelly 2.0.0's ACCounter counts them: value-dependent.
+
+A binary operand turns multiply-accumulates into accumulates, one per spike that reaches a
+weight. The trace's per-tensor nnz/is01 and per-op activity scalars (schemas.statistics)
+give every value exactly:
+* conv, x binary: conv_spike_taps * C_out/groups (C_out/groups = w.shape[1] when transposed);
+* conv, x and w binary: conv_both_binary_sum; mm/bmm both binary: mm_out_sum;
+  addmm/baddbmm both binary: marginal_dot;
+* one binary operand of a GEMM: nnz(binary) * the other's free dimension.
+"""
+
+from __future__ import annotations
+
+from analyze.counters.sql import arg, kwarg
+
+
+def _gemm(x: str, y: str, both: str, n_of_y: str, m_of_x: str, alpha_guard: bool) -> str:
+    alpha = f" WHEN {kwarg('alpha', 1)} <> 1 THEN 0" if alpha_guard else ""
+    return (
+        f"CASE WHEN {x}_is01 AND {y}_is01 THEN CAST(trunc({both}) AS BIGINT){alpha}"
+        f" WHEN {x}_is01 THEN {x}_nnz * {n_of_y} WHEN {y}_is01 THEN {y}_nnz * {m_of_x} ELSE 0 END"
+    )
+
+
+_TRANSPOSED = arg(6, "BOOLEAN")
+_GROUPS = arg(8)
+_CONV = (
+    "CASE WHEN a0_is01 AND a1_is01 THEN CAST(trunc(stat_conv_both_binary_sum) AS BIGINT)"
+    f" WHEN a0_is01 THEN CAST(stat_conv_spike_taps AS BIGINT)"
+    f" * CASE WHEN {_TRANSPOSED} THEN a1_shape[2] ELSE a1_shape[1] // {_GROUPS} END"
+    f" WHEN a1_is01 THEN a1_nnz * CASE WHEN {_TRANSPOSED} THEN a0_shape[1] * prod(a0_shape[3:])"
+    " ELSE o0_shape[1] * prod(o0_shape[3:]) END ELSE 0 END"
+)
+
+SYNAPTIC_RULES: dict[str, str] = {
+    "aten.mm.default": _gemm("a0", "a1", "stat_mm_out_sum", "a1_shape[2]", "a0_shape[1]", False),
+    "aten.bmm.default": _gemm("a0", "a1", "stat_mm_out_sum", "a1_shape[3]", "a0_shape[2]", False),
+    "aten.addmm.default": _gemm("a1", "a2", "stat_marginal_dot", "a2_shape[2]", "a1_shape[1]", True),
+    "aten.baddbmm.default": _gemm("a1", "a2", "stat_marginal_dot", "a2_shape[3]", "a1_shape[2]", True),
+    "aten.convolution.default": _CONV,
+}
+
+# Element-wise add/sub: two binary tensors cost nnz(x) + nnz(y) (post-op values for in-place
+# ops, as recorded); anything else one accumulate per output element.
+_ADD = "CASE WHEN a0_is01 AND a1_present AND a1_is01 THEN a0_nnz + a1_nnz ELSE o0_numel END"
+_BN_N, _BN_C = "a0_numel", "a0_shape[2]"
+
+RULES: dict[str, str] = {
+    **SYNAPTIC_RULES,
+    **{
+        f"aten.{name}.{overload}": _ADD
+        for name in ("add", "add_", "sub", "sub_")
+        for overload in ("Tensor", "Scalar")
+    },
+    "aten.rsub.Tensor": _ADD,
+    "aten.rsub.Scalar": _ADD,
+    "aten.native_batch_norm.default": (
+        f"CASE WHEN {arg(5, 'BOOLEAN')} THEN ({_BN_N} - {_BN_C}) + {_BN_N} + {_BN_C} + {_BN_N}"
+        f" + CASE WHEN a3_present THEN 2 * {_BN_C} ELSE 0 END ELSE {_BN_C} + {_BN_N} END"
+    ),
+    "aten.avg_pool2d.default": "(o0_numel * (prod(json_extract(args, '$[1]')::BIGINT[]) - 1))",
+    "aten.sum.default": "(a0_numel - o0_numel)",
+    "aten.sum.dim_IntList": "(a0_numel - o0_numel)",
+    "aten.mean.dim": "(a0_numel - o0_numel)",
+    "aten.sigmoid_.default": "o0_numel",
+}
+SPIKINGJELLY: dict[str, str | None] = {}
+SPIKINGJELLY_ABORTS: dict[str, str] = {}

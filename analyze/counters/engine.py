@@ -1,0 +1,152 @@
+"""Evaluate counter rule tables over a trace, all events at once, in DuckDB.
+
+Per event, a counter's value is `CASE op WHEN <op> THEN <rule> ... END` over op_facts; NULL
+means no rule covers the op. Attribution follows SpikingJelly: an event's value goes to
+every scope name in the tracker's `parents` at that op, "Global" included, and an op a rule
+covers is recorded even when its value is 0. An event is skipped (neither counted nor
+unsupported) when an ignored module is active: by default only modules really running
+(their scope name is in `parents`); under compat="spikingjelly" also those its tracker left
+active after backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import pandas as pd
+
+from analyze.counters.facts import op_facts_sql
+from analyze.counters.sql import MACROS
+
+COMPAT_MODES = (None, "spikingjelly")
+
+
+class StrictModeError(RuntimeError):
+    """strict=True and some op no rule covers was met (or SpikingJelly would abort)."""
+
+
+@dataclass
+class CounterResult:
+    """Counts of several counters over one trace selection."""
+
+    frame: pd.DataFrame  # counter, scope, op, value (+ group columns)
+    unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
+    aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
+
+    def totals(self) -> dict[str, int]:
+        globals_ = self.frame[self.frame["scope"] == "Global"]
+        return {c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()}
+
+    def spikingjelly(self, counter: str) -> dict[str, dict[str, int]]:
+        """SpikingJelly's get_counts() shape: {scope: {op: value}}."""
+        rows = self.frame[self.frame["counter"] == counter]
+        result: dict[str, dict[str, int]] = {}
+        for scope, op, value in zip(rows["scope"], rows["op"], rows["value"]):
+            result.setdefault(scope, {})[op] = int(value)
+        return result
+
+    def unsupported_of(self, counter: str) -> dict[str, int]:
+        rows = self.unsupported[self.unsupported["counter"] == counter]
+        return {op: int(n) for op, n in zip(rows["op"], rows["calls"])}
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def rules_of(module: ModuleType, compat: str | None) -> dict[str, str]:
+    rules = dict(module.RULES)
+    if compat == "spikingjelly":
+        for op, rule in module.SPIKINGJELLY.items():
+            if rule is None:
+                rules.pop(op, None)
+            else:
+                rules[op] = rule
+    return rules
+
+
+def case_expression(rules: dict[str, str]) -> str:
+    arms = "\n".join(f"WHEN {_sql_string(op)} THEN CAST(({rule}) AS BIGINT)" for op, rule in rules.items())
+    return f"CASE op\n{arms}\nELSE NULL END"
+
+
+def ignored_scopes_sql(names: list[str], compat: str | None) -> str:
+    """(rank, scope_id) of scopes in which a module matching `names` is active."""
+    if not names:
+        return "SELECT NULL::INTEGER AS rank, NULL::INTEGER AS scope_id WHERE false"
+    listed = "[" + ", ".join(_sql_string(n) for n in names) + "]"
+    running = "" if compat == "spikingjelly" else "AND list_contains(s.parents, coalesce(m.tracker_name, m.path))"
+    return f"""
+        SELECT DISTINCT s.rank, s.scope_id
+        FROM scopes s, UNNEST(s.active_modules) AS a(module_id)
+        JOIN modules m ON m.rank = s.rank AND m.module_id = a.module_id
+        WHERE (list_has_any(m.mro, {listed}) OR list_contains({listed}, m.class_name)
+               OR list_contains({listed}, m.path)) {running}
+    """
+
+
+def count_events(
+    con,
+    counters: dict[str, ModuleType],
+    *,
+    where: str = "true",
+    group_by: tuple[str, ...] = (),
+    ignore_modules: list[str] = (),
+    compat: str | None = None,
+    strict: bool = False,
+) -> CounterResult:
+    if compat not in COMPAT_MODES:
+        raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
+    for macro in MACROS:
+        con.execute(macro)
+    rules = {name: rules_of(module, compat) for name, module in counters.items()}
+    values = {name: case_expression(r) for name, r in rules.items()}
+    aborts = {
+        name: module.SPIKINGJELLY_ABORTS for name, module in counters.items()
+    } if compat == "spikingjelly" else {}
+    abort_columns = {
+        name: "CASE " + " ".join(f"WHEN op = {_sql_string(op)} AND ({cond}) THEN true" for op, cond in items.items()) + " ELSE false END"
+        for name, items in aborts.items() if items
+    }
+    facts = op_facts_sql(list(values.values()) + list(abort_columns.values()), where)
+    value_columns = ", ".join(f"{expr} AS value_{name}" for name, expr in values.items())
+    abort_select = "".join(f", {expr} AS abort_{name}" for name, expr in abort_columns.items())
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE counter_values AS
+        WITH facts AS ({facts}),
+             ignored AS ({ignored_scopes_sql(list(ignore_modules), compat)})
+        SELECT f.rank, f.seq, f.op, f.step, f.stage, f.phase, f.scope_id, f.tensor_bytes, {value_columns}{abort_select}
+        FROM facts f ANTI JOIN ignored i ON f.rank = i.rank AND f.scope_id = i.scope_id
+    """)
+    groups = "".join(f", v.{g}" for g in group_by)
+    frames, unsupported, abort_rows = [], [], []
+    for name in counters:
+        frames.append(con.execute(f"""
+            SELECT {_sql_string(name)} AS counter, p.scope, v.op{groups}, CAST(sum(v.value_{name}) AS BIGINT) AS value
+            FROM counter_values v JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id,
+                 UNNEST(s.parents) AS p(scope)
+            WHERE v.value_{name} IS NOT NULL
+            GROUP BY ALL
+        """).df())
+        unsupported.append(con.execute(f"""
+            SELECT {_sql_string(name)} AS counter, op, count(*) AS calls, coalesce(sum(tensor_bytes), 0) AS tensor_bytes
+            FROM counter_values WHERE value_{name} IS NULL GROUP BY op ORDER BY calls DESC, op
+        """).df())
+        if name in abort_columns:
+            abort_rows.append(con.execute(f"""
+                SELECT {_sql_string(name)} AS counter, op, count(*) AS calls FROM counter_values
+                WHERE abort_{name} GROUP BY op
+            """).df())
+    result = CounterResult(
+        frame=pd.concat(frames, ignore_index=True).astype({"value": "int64"}),
+        unsupported=pd.concat(unsupported, ignore_index=True),
+        aborts=pd.concat(abort_rows, ignore_index=True) if abort_rows else pd.DataFrame(columns=["counter", "op", "calls"]),
+    )
+    if strict and (len(result.unsupported) or len(result.aborts)):
+        first = result.unsupported.iloc[0] if len(result.unsupported) else result.aborts.iloc[0]
+        raise StrictModeError(
+            f"strict: {first['counter']} has no rule for {first['op']} ({int(first['calls'])} calls); "
+            f"{len(result.unsupported)} uncovered (counter, op) pairs in all"
+        )
+    return result

@@ -1,0 +1,145 @@
+"""FLOPs, as SpikingJelly 2.0.0's FlopCounter counts them: shapes and arguments only.
+
+Each rule is a SQL expression over an op_facts row (see analyze/counters/sql.py). Two
+differences from SpikingJelly, fixed by default (docs/deviations.md):
+* `add.Scalar`/`sub.Scalar` carry alpha positionally (args[2]); SpikingJelly reads alpha
+  from kwargs only and so ignores it. `compat="spikingjelly"` ignores it too.
+* `native_batch_norm_backward` without affine parameters (gamma None) crashes SpikingJelly;
+  we use the channel count. Under compat the op is reported as one SpikingJelly cannot count.
+"""
+
+from __future__ import annotations
+
+from analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, dims, kwarg
+
+ZERO = "0"
+
+
+def _conv(x: str, w: str, out: str, transposed: str, bias_numel: str = "0") -> str:
+    # 2 * C_in/g * prod(K) * prod(spatial) * C_out * N (+ numel(out) with bias); spatial from x
+    # when transposed, else from out. Grouping is implicit in w's shape.
+    spatial = f"CASE WHEN {transposed} THEN prod({x}_shape[3:]) ELSE prod({out}_shape[3:]) END"
+    return f"(2 * {w}_shape[2] * prod({w}_shape[3:]) * {spatial} * {w}_shape[1] * {x}_shape[1] + {bias_numel})"
+
+
+def _alpha_add(alpha: str) -> str:
+    return f"(CASE WHEN {alpha} = 1 THEN o0_numel ELSE coalesce(a1_numel, 1) + o0_numel END)"
+
+
+def _gemm_bias(alpha: str, beta: str, mn: str) -> str:
+    return (
+        f"(CASE WHEN {alpha} <> 1 THEN {mn} ELSE 0 END + CASE WHEN {beta} = 1 THEN {mn} "
+        f"WHEN {beta} <> 0 THEN a0_numel + {mn} ELSE 0 END)"
+    )
+
+
+_MM = "(2 * a0_shape[1] * a1_shape[2] * a0_shape[2])"
+_ADDMM_MN = "(a1_shape[1] * a2_shape[2])"
+_BMM = "(2 * a0_shape[1] * a0_shape[2] * a1_shape[3] * a0_shape[3])"
+_BADDBMM_MN = "(a1_shape[1] * a1_shape[2] * a2_shape[3])"
+_TRANSPOSED = arg(7, "BOOLEAN")
+
+# convolution_backward(grad_out a0, x a1, w a2, bias_sizes, stride, padding, dilation,
+#                      transposed, output_padding, groups, output_mask) -> (grad_x, grad_w, grad_b)
+_GRAD_INPUT = (
+    f"(2 * a2_shape[2] * prod(a2_shape[3:]) * CASE WHEN NOT {_TRANSPOSED} THEN prod(a0_shape[3:]) "
+    f"ELSE prod(o0_shape[3:]) END * a2_shape[1] * a0_shape[1])"
+)
+# Weight grad: a conv of pseudo_x = (grad_out if transposed else x).T(0,1) with
+# pseudo_w = (x if transposed else grad_out).T(0,1); the transposes swap dims 0 and 1.
+_PSEUDO_X = f"CASE WHEN {_TRANSPOSED} THEN a0_shape ELSE a1_shape END"
+_PSEUDO_W = f"CASE WHEN {_TRANSPOSED} THEN a1_shape ELSE a0_shape END"
+_GRAD_WEIGHT = (
+    f"(2 * ({_PSEUDO_W})[1] * prod(({_PSEUDO_W})[3:]) * prod(o1_shape[3:]) * ({_PSEUDO_W})[2] * ({_PSEUDO_X})[2])"
+)
+_GRAD_BIAS = "(a0_shape[2] * (a0_shape[1] * prod(a0_shape[3:]) - 1))"
+_CONV_BACKWARD = (
+    f"(CASE WHEN {arg_item(10, 0)} THEN {_GRAD_INPUT} ELSE 0 END"
+    f" + CASE WHEN {arg_item(10, 1)} THEN {_GRAD_WEIGHT} ELSE 0 END"
+    f" + CASE WHEN {arg_item(10, 2)} AND NOT {arg_is_null(3)} THEN {_GRAD_BIAS} ELSE 0 END)"
+)
+
+_BN_N, _BN_C = "a0_numel", "a0_shape[2]"
+_BATCH_NORM = (
+    f"(CASE WHEN {arg(5, 'BOOLEAN')} THEN {_BN_N} + 2 * {_BN_N} + 2 * {_BN_C} + 2 * {_BN_C} + 2 * {_BN_N}"
+    f" + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END + CASE WHEN a3_present THEN 6 * {_BN_C} ELSE 0 END"
+    f" ELSE 2 * {_BN_C} + 2 * {_BN_N} + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END END)"
+)
+
+
+def _batch_norm_backward(c: str) -> str:
+    # native_batch_norm_backward(grad_out a0, x a1, gamma a2, rm, rv, save_mean, save_invstd,
+    #                            train [7], eps, output_mask [9])
+    n, m0, m1, m2 = "a0_numel", arg_item(9, 0), arg_item(9, 1), arg_item(9, 2)
+    return (
+        f"(CASE WHEN {arg(7, 'BOOLEAN')} THEN"
+        f" CASE WHEN {m0} THEN 2 * {n} + ({n} - {c}) + (2 * {n} - {c}) + (5 * {n} + 2 * {c}) ELSE 0 END"
+        f" + CASE WHEN {m1} AND NOT {m0} THEN 2 * {n} + 2 * {n} - {c} ELSE 0 END"
+        f" + CASE WHEN {m2} AND NOT {m0} THEN {n} - {c} ELSE 0 END"
+        f" ELSE CASE WHEN {m0} THEN 2 * {n} ELSE 0 END + CASE WHEN {m1} THEN 4 * {n} - {c} ELSE 0 END"
+        f" + CASE WHEN {m2} THEN {n} - {c} ELSE 0 END END)"
+    )
+
+
+_SDPA = "(2 * a0_shape[1] * a0_shape[2] * a0_shape[3] * a1_shape[3] * (a0_shape[4] + a2_shape[4]))"
+_SDPA_BACKWARD = "(2 * a1_shape[1] * a1_shape[2] * a1_shape[3] * a2_shape[3] * (3 * a1_shape[4] + 2 * a3_shape[4]))"
+_SDPA_OPS = ("flash_attention_for_cpu", "flash_attention", "efficient_attention", "cudnn_attention")
+
+ALPHA_KWARG = kwarg("alpha", 1)
+# Scalar add/sub: alpha is positional (args[2]) when given.
+ALPHA_POSITIONAL = f"coalesce({arg(2, 'DOUBLE')}, {ALPHA_KWARG})"
+
+_ELEMENTWISE = [
+    f"aten.{name}.{overload}"
+    for name in ("mul", "mul_", "div", "div_")
+    for overload in ("Tensor", "Scalar")
+] + [
+    f"aten.{name}.{overload}" for name in ("eq", "ne", "lt", "le", "gt", "ge") for overload in ("Tensor", "Scalar")
+] + ["aten.neg.default", "aten.neg_.default"] + [
+    f"aten.logical_{name}.default" for name in ("and", "or", "xor", "not")
+]
+
+RULES: dict[str, str] = {
+    "aten.mm.default": _MM,
+    "aten.addmm.default": f"(2 * {_ADDMM_MN} * a1_shape[2] + {_gemm_bias(kwarg('alpha', 1), kwarg('beta', 1), _ADDMM_MN)})",
+    "aten.bmm.default": _BMM,
+    "aten.baddbmm.default": (
+        f"(2 * {_BADDBMM_MN} * a1_shape[3] + {_gemm_bias(kwarg('alpha', 1), kwarg('beta', 1), _BADDBMM_MN)})"
+    ),
+    "aten.convolution.default": _conv("a0", "a1", "o0", arg(6, "BOOLEAN"), "CASE WHEN a2_present THEN o0_numel ELSE 0 END"),
+    "aten.convolution_backward.default": _CONV_BACKWARD,
+    "aten.native_batch_norm.default": _BATCH_NORM,
+    "aten.native_batch_norm_backward.default": _batch_norm_backward("coalesce(a2_numel, a1_shape[2])"),
+    "aten.max_pool2d_with_indices.default": f"(o0_numel * (prod({arg_list(1)}) - 1))",
+    "aten.avg_pool2d.default": f"(o0_numel * prod({arg_list(1)}))",
+    "aten.sum.default": "(a0_numel - o0_numel)",
+    "aten.sum.dim_IntList": "(a0_numel - o0_numel)",
+    "aten.mean.dim": "a0_numel",
+    **{f"aten.{name}.Tensor": _alpha_add(ALPHA_KWARG) for name in ("add", "add_", "sub", "sub_", "rsub")},
+    **{f"aten.{name}.Scalar": _alpha_add(ALPHA_POSITIONAL) for name in ("add", "add_", "sub", "sub_", "rsub")},
+    **{op: "o0_numel" for op in _ELEMENTWISE},
+    "aten.sigmoid.default": "(4 * o0_numel)",
+    "aten.sigmoid_.default": "(4 * o0_numel)",
+    **{f"aten._scaled_dot_product_{name}.default": _SDPA for name in _SDPA_OPS},
+    **{f"aten._scaled_dot_product_{name}_backward.default": _SDPA_BACKWARD for name in _SDPA_OPS},
+    **{
+        op: ZERO
+        for op in (
+            "aten.max_pool2d_with_indices_backward.default", "aten.stack.default", "aten.clone.default",
+            "aten._to_copy.default", "aten.full_like.default", "aten.ones_like.default", "aten.view.default",
+            "aten.unsqueeze.default", "aten.squeeze.dim", "aten.unbind.int", "aten.empty.memory_format",
+            "aten.select.int", "aten.select_backward.default", "aten.detach.default", "aten.t.default",
+            "aten.expand.default",
+        )
+    },
+}
+
+# compat="spikingjelly": its formulas where they differ (None: an op it aborts on).
+SPIKINGJELLY: dict[str, str | None] = {
+    **{f"aten.{name}.Scalar": _alpha_add(ALPHA_KWARG) for name in ("add", "add_", "sub", "sub_", "rsub")},
+    "aten.native_batch_norm_backward.default": _batch_norm_backward("a2_numel"),
+}
+# Rows where SpikingJelly raises instead of counting (compat reports them as errors).
+SPIKINGJELLY_ABORTS: dict[str, str] = {
+    "aten.native_batch_norm_backward.default": "NOT a2_present",
+}

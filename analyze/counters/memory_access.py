@@ -1,0 +1,108 @@
+"""Memory access bytes, as SpikingJelly 2.0.0's MemoryAccessCounter counts them.
+
+bytes(t) = numel * element_size, 0 for a missing (non-tensor) operand. One difference,
+fixed by default (docs/deviations.md): SpikingJelly maps the unary `logical_not` to its
+binary rule, which unpacks two arguments and aborts the run; we count it as a unary op.
+"""
+
+from __future__ import annotations
+
+from analyze.counters.sql import arg, arg_item, kwarg
+
+
+def b(slot: str) -> str:
+    return f"coalesce({slot}_bytes, 0)"
+
+
+def total(*slots: str) -> str:
+    return "(" + " + ".join(b(s) for s in slots) + ")"
+
+
+_READ_WRITE = total("a0", "o0")
+_BINARY = total("a0", "a1", "o0")
+_GEMM = total("a0", "a1", "o0")
+_GEMM_BIAS = f"({total('a1', 'a2', 'o0')} + CASE WHEN {kwarg('beta', 1)} <> 0 THEN {b('a0')} ELSE 0 END)"
+
+_CONV_BACKWARD = (
+    f"({b('a0')} + CASE WHEN {arg_item(10, 0)} THEN {b('a2')} + {b('o0')} ELSE 0 END"
+    f" + CASE WHEN {arg_item(10, 1)} THEN {b('a1')} + {b('o1')} ELSE 0 END"
+    f" + CASE WHEN {arg_item(10, 2)} THEN {b('o2')} ELSE 0 END)"
+)
+_BATCH_NORM = (
+    f"({total('a0', 'a1', 'a2', 'a3', 'a4')} + CASE WHEN {arg(5, 'BOOLEAN')} THEN {total('o0', 'o1', 'o2')}"
+    f" ELSE {b('o0')} END)"
+)
+
+
+def _batch_norm_backward() -> str:
+    # (grad_out a0, x a1, gamma a2, rm, rv, save_mean a5, save_invstd a6, train [7], eps, mask [9])
+    m0, m1, m2 = arg_item(9, 0), arg_item(9, 1), arg_item(9, 2)
+    return (
+        f"(CASE WHEN {arg(7, 'BOOLEAN')} THEN"
+        f" CASE WHEN {m0} THEN {total('a0', 'a1', 'a5', 'a6', 'a2')}"
+        f" WHEN {m1} THEN {total('a0', 'a1', 'a5', 'a6')} WHEN {m2} THEN {b('a0')} ELSE 0 END"
+        f" ELSE CASE WHEN {m0} THEN {total('a0', 'a6', 'a2')} ELSE 0 END"
+        f" + CASE WHEN {m1} THEN {total('a1', 'a5')} + CASE WHEN NOT {m0} THEN {total('a6', 'a0')} ELSE 0 END ELSE 0 END"
+        f" + CASE WHEN {m2} AND NOT {m0} AND NOT {m1} THEN {b('a0')} ELSE 0 END END)"
+    )
+
+
+# SDPA: q, k, v and the attention bias (args[3] if a tensor, else kwargs attn_mask/attn_bias).
+_SDPA_BIAS = f"coalesce(a3_bytes, k_attn_mask_bytes, k_attn_bias_bytes, 0)"
+_SDPA = f"({total('a0', 'a1', 'a2', 'o0')} + {_SDPA_BIAS})"
+_SDPA_BACKWARD_BIAS = {"flash_attention_for_cpu": None, "flash_attention": None, "efficient_attention": 4, "cudnn_attention": 8}
+
+
+def _sdpa_backward(bias_index: int | None) -> str:
+    bias = f"coalesce(a{bias_index}_bytes, k_attn_mask_bytes, k_attn_bias_bytes, 0)" if bias_index else (
+        "coalesce(k_attn_mask_bytes, k_attn_bias_bytes, 0)"
+    )
+    return f"({total('a0', 'a1', 'a2', 'a3')} + {bias} + coalesce(out_bytes, 0))"
+
+
+_BINARY_OPS = [
+    f"aten.{name}.{overload}"
+    for name in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_")
+    for overload in ("Tensor", "Scalar")
+] + ["aten.rsub.Tensor", "aten.rsub.Scalar"] + [
+    f"aten.{name}.{overload}" for name in ("eq", "ne", "lt", "le", "gt", "ge") for overload in ("Tensor", "Scalar")
+] + [f"aten.logical_{name}.default" for name in ("and", "or", "xor")]
+
+_READ_WRITE_OPS = (
+    "aten.avg_pool2d.default", "aten.sum.default", "aten.sum.dim_IntList", "aten.mean.dim", "aten.neg.default",
+    "aten.neg_.default", "aten.sigmoid.default", "aten.sigmoid_.default", "aten.clone.default",
+    "aten._to_copy.default",
+)
+
+RULES: dict[str, str] = {
+    "aten.mm.default": _GEMM,
+    "aten.bmm.default": _GEMM,
+    "aten.addmm.default": _GEMM_BIAS,
+    "aten.baddbmm.default": _GEMM_BIAS,
+    "aten.convolution.default": total("a0", "a1", "o0", "a2"),
+    "aten.convolution_backward.default": _CONV_BACKWARD,
+    "aten.native_batch_norm.default": _BATCH_NORM,
+    "aten.native_batch_norm_backward.default": _batch_norm_backward(),
+    "aten.max_pool2d_with_indices.default": total("a0", "o0", "o1"),
+    "aten.max_pool2d_with_indices_backward.default": total("a0", "a1", "o0"),
+    **{op: _READ_WRITE for op in _READ_WRITE_OPS},
+    **{op: _BINARY for op in _BINARY_OPS},
+    "aten.logical_not.default": _READ_WRITE,
+    "aten.stack.default": f"(coalesce(a0_items_bytes, 0) + {b('o0')})",
+    "aten.full_like.default": b("o0"),
+    "aten.ones_like.default": b("o0"),
+    "aten.select_backward.default": _READ_WRITE,
+    **{f"aten._scaled_dot_product_{name}.default": _SDPA for name in _SDPA_BACKWARD_BIAS},
+    **{f"aten._scaled_dot_product_{name}_backward.default": _sdpa_backward(i) for name, i in _SDPA_BACKWARD_BIAS.items()},
+    **{
+        op: "0"
+        for op in (
+            "aten.view.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.unbind.int",
+            "aten.empty.memory_format", "aten.select.int", "aten.detach.default", "aten.t.default",
+            "aten.expand.default",
+        )
+    },
+}
+
+SPIKINGJELLY: dict[str, str | None] = {}
+SPIKINGJELLY_ABORTS: dict[str, str] = {"aten.logical_not.default": "true"}
