@@ -1,0 +1,130 @@
+"""Neuromorphic memory access, as SpikingJelly 2.0.0's NeuromorphicMemoryAccessCounter counts it.
+
+A module-level counter: one value set per forward call of a synaptic module (Linear,
+Conv1d/2d/3d and subclasses) or a neuron (BaseNode subclass) of the model:
+* synaptic: weight_read_bytes = weight uses * weight element size, where weight uses are
+  nnz(x) * out_features (Linear) or the conv's spike taps * C_out/groups (Conv) for a binary
+  input x, and numel(out) * in_features or numel(out) * prod(w.shape[1:]) otherwise;
+  bias_read_bytes = numel(out) * bias element size;
+* neuron: neuron_state_read_bytes = neuron_state_write_bytes = the bytes of its memories
+  after the forward, times T in multi-step mode.
+Scopes are the static ones of SpikingJelly's ModuleCounterMode: "Global", the root class
+name and "Root.<every dotted prefix of the module's path>".
+
+The conv spike taps come from the aten convolution the module dispatched (SpikingJelly
+recomputes them on the padded, flattened module input; the two are equal, spec 5.2).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+METRICS = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes", "neuron_state_write_bytes")
+SYNAPTIC_CLASSES = (
+    "torch.nn.modules.linear.Linear",
+    "torch.nn.modules.conv.Conv1d",
+    "torch.nn.modules.conv.Conv2d",
+    "torch.nn.modules.conv.Conv3d",
+)
+NEURON_CLASS = "spikingjelly.activation_based.neuron.base_node.BaseNode"
+LINEAR_CLASS = SYNAPTIC_CLASSES[0]
+ELEMENT_SIZE = (
+    "CASE {dtype} WHEN 'float64' THEN 8 WHEN 'int64' THEN 8 WHEN 'complex64' THEN 8 WHEN 'float32' THEN 4"
+    " WHEN 'int32' THEN 4 WHEN 'float16' THEN 2 WHEN 'bfloat16' THEN 2 WHEN 'int16' THEN 2 ELSE 1 END"
+)
+
+
+def _list(names) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
+CALLS_SQL = f"""
+WITH model_modules AS (
+    SELECT rank, module_id, path, mro, attributes, parameters,
+           list_has_any(mro, {_list(SYNAPTIC_CLASSES)}) AS synaptic,
+           list_contains(mro, '{LINEAR_CLASS}') AS linear,
+           list_contains(mro, '{NEURON_CLASS}') AS neuron
+    FROM modules WHERE in_model
+),
+weights AS (
+    SELECT m.rank, m.module_id, p->>'name' AS name, (p->'shape')::BIGINT[] AS shape, p->>'dtype' AS dtype
+    FROM model_modules m, UNNEST(CAST(m.parameters AS JSON[])) AS u(p)
+),
+calls AS (
+    SELECT pre.rank, pre.module_id, pre.call_index, pre.seq AS pre_seq, post.seq AS post_seq,
+           pre.inputs[1] AS x_id, post.outputs[1] AS out_id
+    FROM module_events pre JOIN module_events post
+      ON post.rank = pre.rank AND post.module_id = pre.module_id AND post.call_index = pre.call_index
+     AND post.kind = 'forward_post' AND pre.kind = 'forward_pre'
+),
+conv_taps AS (
+    SELECT c.rank, c.module_id, c.call_index, any_value(s.value) AS taps
+    FROM calls c JOIN events e ON e.rank = c.rank AND e.seq > c.pre_seq AND e.seq < c.post_seq
+                              AND e.op = 'aten.convolution.default'
+    JOIN op_stats s ON s.rank = e.rank AND s.seq = e.seq AND s.stat = 'conv_spike_taps'
+    GROUP BY ALL
+),
+states AS (
+    SELECT c.rank, c.module_id, c.call_index, coalesce(sum(t.numel * t.element_size), 0) AS state_bytes
+    FROM calls c JOIN neuron_memories nm ON nm.rank = c.rank AND nm.module_id = c.module_id AND nm.seq = c.post_seq
+    LEFT JOIN tensor_states t ON t.rank = nm.rank AND t.tensor_id = nm.tensor_id
+    GROUP BY ALL
+)
+SELECT c.rank, c.module_id, m.path,
+    CASE WHEN m.synaptic THEN
+        CASE WHEN x.is01 THEN
+            CASE WHEN m.linear THEN x.nnz * (m.attributes->>'out_features')::BIGINT
+                 ELSE CAST(ct.taps AS BIGINT) * (w.shape[1] // (m.attributes->>'groups')::BIGINT) END
+        ELSE CASE WHEN m.linear THEN o.numel * (m.attributes->>'in_features')::BIGINT
+                  ELSE o.numel * prod(w.shape[2:]) END
+        END * ({ELEMENT_SIZE.format(dtype="w.dtype")})
+    END AS weight_read_bytes,
+    CASE WHEN m.synaptic THEN CASE WHEN bias.name IS NULL THEN 0
+         ELSE o.numel * ({ELEMENT_SIZE.format(dtype="bias.dtype")}) END END AS bias_read_bytes,
+    CASE WHEN m.neuron AND NOT m.synaptic THEN
+        coalesce(st.state_bytes, 0) * CASE WHEN m.attributes->>'step_mode' = 'm' THEN x.shape[1] ELSE 1 END
+    END AS neuron_state_bytes
+FROM calls c JOIN model_modules m ON m.rank = c.rank AND m.module_id = c.module_id AND (m.synaptic OR m.neuron)
+LEFT JOIN tensor_states x ON x.rank = c.rank AND x.tensor_id = c.x_id
+LEFT JOIN tensor_states o ON o.rank = c.rank AND o.tensor_id = c.out_id
+LEFT JOIN weights w ON w.rank = c.rank AND w.module_id = c.module_id AND w.name = 'weight'
+LEFT JOIN weights bias ON bias.rank = c.rank AND bias.module_id = c.module_id AND bias.name = 'bias'
+LEFT JOIN conv_taps ct ON ct.rank = c.rank AND ct.module_id = c.module_id AND ct.call_index = c.call_index
+LEFT JOIN states st ON st.rank = c.rank AND st.module_id = c.module_id AND st.call_index = c.call_index
+"""
+
+# Static scopes of SpikingJelly's ModuleCounterMode: Global plus every dotted prefix of the path.
+SCOPES_SQL = """
+SELECT v.*, UNNEST(['Global'] || list_transform(range(1, len(string_split(v.path, '.')) + 1),
+                   lambda i: array_to_string(string_split(v.path, '.')[1:i], '.'))) AS scope
+FROM ({calls}) v
+"""
+
+
+def neuromorphic_memory_access(trace, ignore_modules=()) -> pd.DataFrame:
+    """Tidy frame: scope, metric, value (SpikingJelly's get_counts() of the counter)."""
+    calls = CALLS_SQL
+    if ignore_modules:
+        listed = _list(ignore_modules)
+        # Skipped when the module or an ancestor (by path) is an instance of an ignored class.
+        calls = f"""SELECT v.* FROM ({CALLS_SQL}) v WHERE NOT EXISTS (
+            SELECT 1 FROM modules a WHERE a.rank = v.rank AND a.in_model
+              AND (v.path = a.path OR starts_with(v.path, a.path || '.'))
+              AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name)))"""
+    frame = trace.sql(f"""
+        WITH scoped AS ({SCOPES_SQL.format(calls=calls)})
+        SELECT scope,
+               coalesce(sum(weight_read_bytes), 0)::BIGINT AS weight_read_bytes,
+               coalesce(sum(bias_read_bytes), 0)::BIGINT AS bias_read_bytes,
+               coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_read_bytes,
+               coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_write_bytes
+        FROM scoped GROUP BY scope
+    """)
+    return frame.melt(id_vars="scope", value_vars=list(METRICS), var_name="metric", value_name="value")
+
+
+def as_spikingjelly(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for scope, metric, value in zip(frame["scope"], frame["metric"], frame["value"]):
+        result.setdefault(scope, {})[metric] = int(value)
+    return result
