@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from analyze import open_trace
+from analyze.counters import count
 from analyze.counters.neuromorphic_memory_access import as_spikingjelly, neuromorphic_memory_access
 from analyze.counters.sql import MACROS
 from capture import Recorder
@@ -41,7 +42,9 @@ def test_nmac_equals_spikingjelly(tmp_path, case, optimizer_name):
         for macro in MACROS:
             trace.con.execute(macro)
         got = as_spikingjelly(neuromorphic_memory_access(trace))
+        through_api = count(trace, ["neuromorphic_memory_access"]).spikingjelly("neuromorphic_memory_access")
     assert got == expected
+    assert through_api == expected
 
 
 def test_nmac_ignore_list_equals_spikingjelly(tmp_path):

@@ -19,8 +19,13 @@ import pandas as pd
 
 from analyze.counters import ac, flop, mac, memory_access, synop
 from analyze.counters.engine import COMPAT_MODES, CounterResult, StrictModeError, count_events
+from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
+from analyze.counters.sql import MACROS
 
 COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
+# Module-level counters: their "op" column holds the metric (e.g. weight_read_bytes).
+MODULE_COUNTERS = {"neuromorphic_memory_access": neuromorphic_memory_access}
+ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
 __all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts"]
@@ -71,21 +76,32 @@ def count(
 ) -> CounterResult:
     """Run `counters` (names; all five by default) over the selected events of `trace`."""
     names = list(COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
-    unknown = [n for n in names if n not in COUNTERS]
+    unknown = [n for n in names if n not in ALL_COUNTERS]
     if unknown:
-        raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(COUNTERS)}")
+        raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(ALL_COUNTERS)}")
     bad_groups = [g for g in by if g not in GROUPS]
     if bad_groups:
         raise ValueError(f"cannot group by {bad_groups}; choose from {GROUPS}")
-    return count_events(
+    ignored = _ignore_names(ignore_modules)
+    result = count_events(
         trace.con,
-        {n: COUNTERS[n] for n in names},
+        {n: COUNTERS[n] for n in names if n in COUNTERS},
         where=_where(stage, phase, step, rank, module, ops),
         group_by=tuple(by),
-        ignore_modules=_ignore_names(ignore_modules),
+        ignore_modules=ignored,
         compat=compat,
         strict=strict,
     )
+    module_names = [n for n in names if n in MODULE_COUNTERS]
+    if module_names and (module is not None or ops is not None or by):
+        raise ValueError(f"{module_names}: module-level counters take stage/phase/step/rank filters only")
+    for name in module_names:
+        for macro in MACROS:
+            trace.con.execute(macro)
+        frame = MODULE_COUNTERS[name](trace, ignored, where=_where(stage, phase, step, rank))
+        frame = frame.rename(columns={"metric": "op"}).assign(counter=name)[["counter", "scope", "op", "value"]]
+        result.frame = pd.concat([result.frame, frame], ignore_index=True)
+    return result
 
 
 def counts(trace, counters=None, **options) -> pd.DataFrame:

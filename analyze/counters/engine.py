@@ -100,6 +100,9 @@ def count_events(
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
     for macro in MACROS:
         con.execute(macro)
+    if not counters:
+        empty = pd.DataFrame({"counter": [], "scope": [], "op": [], "value": pd.Series([], dtype="int64")})
+        return CounterResult(empty, pd.DataFrame(columns=["counter", "op", "calls", "tensor_bytes"]))
     rules = {name: rules_of(module, compat) for name, module in counters.items()}
     values = {name: case_expression(r) for name, r in rules.items()}
     aborts = {

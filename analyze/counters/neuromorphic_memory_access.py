@@ -53,7 +53,7 @@ weights AS (
 calls AS (
     SELECT pre.rank, pre.module_id, pre.call_index, pre.seq AS pre_seq, post.seq AS post_seq,
            pre.inputs[1] AS x_id, post.outputs[1] AS out_id
-    FROM module_events pre JOIN module_events post
+    FROM (SELECT * FROM module_events WHERE {{where}}) pre JOIN module_events post
       ON post.rank = pre.rank AND post.module_id = pre.module_id AND post.call_index = pre.call_index
      AND post.kind = 'forward_post' AND pre.kind = 'forward_pre'
 ),
@@ -101,13 +101,15 @@ FROM ({calls}) v
 """
 
 
-def neuromorphic_memory_access(trace, ignore_modules=()) -> pd.DataFrame:
-    """Tidy frame: scope, metric, value (SpikingJelly's get_counts() of the counter)."""
-    calls = CALLS_SQL
+def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true") -> pd.DataFrame:
+    """Tidy frame: scope, metric, value (SpikingJelly's get_counts() of the counter).
+
+    `where` selects forward calls by their module_events columns (stage, phase, step, rank)."""
+    calls = CALLS_SQL.replace("{where}", where)
     if ignore_modules:
         listed = _list(ignore_modules)
         # Skipped when the module or an ancestor (by path) is an instance of an ignored class.
-        calls = f"""SELECT v.* FROM ({CALLS_SQL}) v WHERE NOT EXISTS (
+        calls = f"""SELECT v.* FROM ({calls}) v WHERE NOT EXISTS (
             SELECT 1 FROM modules a WHERE a.rank = v.rank AND a.in_model
               AND (v.path = a.path OR starts_with(v.path, a.path || '.'))
               AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name)))"""
