@@ -35,14 +35,18 @@ class CounterResult:
     aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
 
     def totals(self) -> dict[str, int]:
+        """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
+        totals = {c: 0 for c in self.frame["counter"].unique()}
         globals_ = self.frame[self.frame["scope"] == "Global"]
-        return {c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()}
+        totals.update({c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()})
+        return totals
 
     def spikingjelly(self, counter: str) -> dict[str, dict[str, int]]:
-        """SpikingJelly's get_counts() shape: {scope: {op: value}}."""
+        """SpikingJelly's get_counts() shape: {scope: {op: value}} (summed over any group columns)."""
         rows = self.frame[self.frame["counter"] == counter]
+        summed = rows.groupby(["scope", "op"], sort=False)["value"].sum()
         result: dict[str, dict[str, int]] = {}
-        for scope, op, value in zip(rows["scope"], rows["op"], rows["value"]):
+        for (scope, op), value in summed.items():
             result.setdefault(scope, {})[op] = int(value)
         return result
 

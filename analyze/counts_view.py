@@ -1,0 +1,380 @@
+"""What `spiketrace counts` shows: a CounterResult as text tables or as one JSON document.
+
+    from analyze import open_trace
+    from analyze.counters import count
+    from analyze.counts_view import counts_json, table_text
+    with open_trace("runs/step") as trace:
+        selection = {"stage": "forward"}
+        result = count(trace, ["flop", "mac"], **selection)
+        document = counts_json(result, trace, selection=selection)
+        print(table_text(result, "scope", depth=2))
+
+Nothing here counts: the numbers come from analyze.counters; this module only arranges them
+(and asks the trace which module class each scope is, and how many events a selection has).
+
+## The JSON document (a stable contract, see docs/counts_json.md)
+
+    {
+      "counters": {
+        "<counter>": {
+          "total": int,                                # value at scope "Global"
+          "by_scope": {"<scope>": {"<op>": int}},      # SpikingJelly's get_counts() shape
+          "unsupported": {"<op>": int},                # calls of ops no rule of it covers
+          "coverage": float                            # covered / (covered + uncovered calls)
+        }
+      },
+      "trace": {"path": str, "schema_version": str, "complete": bool, "ranks": [int], "events": int}
+    }
+
+- One entry per requested counter, in the order asked. Scopes are SpikingJelly tracker names
+  ("Global", "Net", "Net.fc1"); a scope's value includes its sub-modules', "Global" holds all.
+- `by_scope` sums over stages, phases, steps and ranks, whatever the result was grouped by.
+- `coverage` is over the selected events that no ignored module touches: the fraction of
+  calls some rule of that counter covers; 1.0 when the selection has no events.
+- `trace.events` counts every event of the trace, not only the selected ones.
+- Evolution is additive only: keys may be added, none renamed, retyped or removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import pandas as pd
+
+from analyze.counters import _ignore_names, _where
+from analyze.counters.engine import CounterResult, ignored_scopes_sql
+
+VIEWS = ("scope", "op", "stage", "module-type")
+UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
+# Stages the capture scenarios record, in the order a training step runs them.
+STAGE_ORDER = ("forward", "loss", "backward", "optimizer")
+OUTSIDE_LEAVES = "(outside leaf modules)"
+
+
+# -- numbers -------------------------------------------------------------------------------
+
+
+def human(n: int) -> str:
+    """`n` in K/M/G/T (powers of 1000), three significant decimals: 1234 -> "1.23K"."""
+    n = int(n)
+    sign, size = ("-" if n < 0 else ""), abs(n)
+    for index, (scale, unit) in enumerate(UNITS):
+        if size >= scale:
+            text = f"{size / scale:.2f}"
+            if float(text) >= 1000 and index > 0:  # 999_999 rounds to "1.00M", not "1000.00K"
+                bigger, bigger_unit = UNITS[index - 1]
+                text, unit = f"{size / bigger:.2f}", bigger_unit
+            return f"{sign}{text}{unit}"
+    return f"{sign}{size}"
+
+
+def human_bytes(n: int) -> str:
+    """Bytes in decimal units: 964 -> "964B", 94_080 -> "94.08KB"."""
+    return f"{human(n)}B"
+
+
+def percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+# -- facts taken from the result or the trace ------------------------------------------------
+
+
+def counter_names(result: CounterResult) -> list[str]:
+    """The counters of `result`, in the order they were asked for."""
+    seen = list(result.frame["counter"]) + list(result.unsupported.get("counter", []))
+    return list(dict.fromkeys(seen))
+
+
+def scope_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """counter, scope, op, value: a result's frame summed over its group columns (stage, ...)."""
+    if frame.empty:
+        return pd.DataFrame({"counter": [], "scope": [], "op": [], "value": []}).astype({"value": "int64"})
+    return frame.groupby(["counter", "scope", "op"], as_index=False, sort=False)["value"].sum()
+
+
+def tidy_frame(result: CounterResult, counters=None) -> pd.DataFrame:
+    """The result's frame in a stable order: counters as asked, Global first then scopes by
+    name, ops by name, stages in running order. What --format csv and parquet write."""
+    frame = result.frame
+    names = counter_names(result) if counters is None else list(counters)
+    position = {name: i for i, name in enumerate(names)}
+    groups = [c for c in ("stage", "phase", "step", "rank") if c in frame.columns]
+
+    def key(row: tuple) -> tuple:  # one row per (counter, scope, op, group): no event loop
+        counter, scope, op, *rest = row
+        stage = [_stage_key(rest.pop(0))] if "stage" in groups else []
+        return (position.get(counter, len(position)), scope != "Global", _natural(scope), op, *stage,
+                *[str(v) for v in rest])
+
+    rows = list(zip(*(frame[c] for c in ["counter", "scope", "op", *groups])))
+    order = sorted(range(len(frame)), key=lambda i: key(rows[i]))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def selected_events(
+    trace, *, stage=None, phase=None, step=None, rank=None, module=None, ops=None, ignore_modules=None, compat=None
+) -> int:
+    """Events of the selection that no ignored module touches: what every counter looks at.
+
+    The keywords are those of analyze.counters.count() (others, such as `by`, are ignored by
+    counts_json before they get here); the selection is built with the same SQL as count()."""
+    where = _where(stage, phase, step, rank, module, ops)
+    ignored = ignored_scopes_sql(_ignore_names(ignore_modules), compat)
+    return int(trace.con.execute(f"""
+        SELECT count(*) FROM (SELECT rank, scope_id FROM events WHERE {where}) e
+        ANTI JOIN ({ignored}) i ON e.rank = i.rank AND e.scope_id = i.scope_id
+    """).fetchall()[0][0])
+
+
+def coverage(result: CounterResult, events: int, counters=None) -> dict[str, float]:
+    """counter -> fraction of the `events` selected calls some rule of it covers."""
+    names = counter_names(result) if counters is None else list(counters)
+    fractions = {}
+    for name in names:
+        uncovered = sum(result.unsupported_of(name).values())
+        if uncovered > events:
+            raise ValueError(f"{name}: {uncovered} uncovered calls but only {events} events selected; "
+                             "pass the selection the result was counted with")
+        fractions[name] = 1.0 if events == 0 else (events - uncovered) / events
+    return fractions
+
+
+def module_classes(trace) -> pd.DataFrame:
+    """scope, class_name, is_leaf, order: each module's tracker scope name and its class."""
+    return trace.sql("""
+        SELECT coalesce(tracker_name, path) AS scope, any_value(class_name) AS class_name,
+               bool_and(is_leaf) AS is_leaf, min(module_id) AS "order"
+        FROM modules GROUP BY ALL ORDER BY "order"
+    """)
+
+
+_SELECTION_KEYS = ("stage", "phase", "step", "rank", "module", "ops", "ignore_modules", "compat")
+
+
+def counts_json(result: CounterResult, trace, *, selection: Mapping | None = None, counters=None) -> dict:
+    """The documented JSON document (see the module docstring) of `result`.
+
+    `selection`: the keywords `result` was counted with (stage=, module=, ignore_modules=, ...;
+    `by` and `strict` may be there too), needed for coverage; None means the whole trace.
+    `counters`: the names asked for, so that a counter with nothing selected still appears."""
+    chosen = {k: v for k, v in (selection or {}).items() if k in _SELECTION_KEYS}
+    names = counter_names(result) if counters is None else list(counters)
+    fractions = coverage(result, selected_events(trace, **chosen), names)
+    totals = scope_totals(tidy_frame(result, names))
+    document = {}
+    for name in names:
+        rows = totals[totals["counter"] == name]
+        by_scope: dict[str, dict[str, int]] = {}
+        for scope, op, value in zip(rows["scope"], rows["op"], rows["value"]):
+            by_scope.setdefault(str(scope), {})[str(op)] = int(value)
+        document[name] = {
+            "total": sum(by_scope.get("Global", {}).values()),
+            "by_scope": by_scope,
+            "unsupported": result.unsupported_of(name),
+            "coverage": fractions[name],
+        }
+    return {
+        "counters": document,
+        "trace": {
+            "path": str(trace.path),
+            "schema_version": str(trace.schema_version),
+            "complete": bool(trace.complete),
+            "ranks": [int(r) for r in trace.ranks],
+            "events": int(trace.count("events")),
+        },
+    }
+
+
+def strict_problem(result: CounterResult) -> str | None:
+    """The first op some counter has no rule for (or SpikingJelly would abort on), or None."""
+    unsupported, aborts = result.unsupported, result.aborts
+    if len(unsupported):
+        first = unsupported.iloc[0]
+        return (f"strict: {first['counter']} has no rule for {first['op']} ({int(first['calls'])} calls); "
+                f"{len(unsupported)} uncovered (counter, op) pairs in all")
+    if len(aborts):
+        first = aborts.iloc[0]
+        return f"strict: SpikingJelly's {first['counter']} counter aborts on {first['op']} ({int(first['calls'])} calls)"
+    return None
+
+
+def coverage_problem(fractions: Mapping[str, float], minimum: float) -> str | None:
+    """A message naming the counters whose coverage is below `minimum`, or None."""
+    low = [f"{name} {percent(value)}" for name, value in fractions.items() if value < minimum]
+    return f"coverage below {percent(minimum)}: {', '.join(low)}" if low else None
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def _grid(header: list[str], rows: list[list[str]], indent: str = "") -> list[str]:
+    """Aligned lines: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(row[0]).ljust(widths[0])] + [str(c).rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _natural(text: str):
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
+
+
+def scope_depth(scope: str) -> int:
+    """Global 0, "Net" 1, "Net.fc1" 2, ..."""
+    return 0 if scope == "Global" else len(scope.split("."))
+
+
+def _tree_order(scopes, order: Mapping[str, int]) -> list[str]:
+    """`scopes` depth first: Global, then each scope before its sub-scopes, siblings in module
+    registration order where known, else naturally sorted (block.2 before block.10)."""
+    present = set(scopes)
+    children: dict[str, list[str]] = {}
+    for scope in present - {"Global"}:
+        parts = scope.split(".")
+        parent = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in present),
+                      "Global")
+        children.setdefault(parent, []).append(scope)
+    ordered: list[str] = []
+
+    def visit(scope: str) -> None:
+        ordered.append(scope)
+        for child in sorted(children.get(scope, []), key=lambda s: (order.get(s, float("inf")), _natural(s))):
+            visit(child)
+
+    if "Global" in present:
+        visit("Global")
+    else:  # a frame without Global: start from the roots
+        for root in sorted(children.get("Global", []), key=lambda s: (order.get(s, float("inf")), _natural(s))):
+            visit(root)
+    return ordered
+
+
+def _by_scope(result: CounterResult, names: list[str], depth: int | None, modules: pd.DataFrame | None) -> list[str]:
+    totals = scope_totals(result.frame)
+    table = totals.pivot_table(index="scope", columns="counter", values="value", aggfunc="sum", fill_value=0)
+    order = {} if modules is None else dict(zip(modules["scope"], modules["order"]))
+    rows = []
+    for scope in _tree_order(table.index, order):
+        level = scope_depth(scope)
+        if depth is not None and level > depth:
+            continue
+        label = "  " * level + scope.split(".")[-1]
+        rows.append([label] + [human(table.at[scope, n]) if n in table.columns else "0" for n in names])
+    if not rows:
+        return ["(no counts)"]
+    return _grid(["scope", *names], rows) + ["", "a scope's value includes its sub-modules'; Global holds everything"]
+
+
+def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
+    totals = scope_totals(result.frame)
+    lines: list[str] = []
+    for name in names:
+        rows = totals[(totals["counter"] == name) & (totals["scope"] == "Global")].sort_values(
+            ["value", "op"], ascending=[False, True])
+        total = int(rows["value"].sum())
+        share = (lambda v: percent(v / total)) if total else (lambda v: "-")
+        shown, rest = rows.head(max(top, 0)), rows.iloc[max(top, 0):]
+        table = [[op, human(v), share(v)] for op, v in zip(shown["op"], shown["value"])]
+        if len(rest):
+            others = int(rest["value"].sum())
+            table.append([f"others ({len(rest)} ops)", human(others), share(others)])
+        table.append(["total", human(total), share(total) if total else "-"])
+        lines += ([""] if lines else []) + [f"{name} (scope Global)"] + _grid(["op", "value", "share"], table, "  ")
+    return lines or ["(no counts)"]
+
+
+def _stage_key(stage) -> tuple:
+    if stage is None or pd.isna(stage):
+        return (2, 0, "")
+    return (0, STAGE_ORDER.index(stage), "") if stage in STAGE_ORDER else (1, 0, str(stage))
+
+
+def _by_stage(result: CounterResult, names: list[str]) -> list[str]:
+    frame = result.frame
+    if "stage" not in frame.columns:
+        raise ValueError("the stage table needs a result counted with by=('stage',)")
+    globals_ = frame[frame["scope"] == "Global"]
+    table = globals_.pivot_table(index="stage", columns="counter", values="value", aggfunc="sum", fill_value=0)
+    rows = []
+    for stage in sorted(table.index, key=_stage_key):
+        rows.append([str(stage)] + [human(table.at[stage, n]) if n in table.columns else "0" for n in names])
+    totals = result.totals()
+    rows.append(["total"] + [human(totals.get(n, 0)) for n in names])
+    return _grid(["stage", *names], rows)
+
+
+def _by_module_type(result: CounterResult, names: list[str], modules: pd.DataFrame | None) -> list[str]:
+    if modules is None:
+        raise ValueError("the module-type table needs the trace's modules (module_classes(trace))")
+    leaves = modules[modules["is_leaf"].fillna(False).astype(bool)]
+    classes = dict(zip(leaves["scope"], leaves["class_name"]))
+    totals = scope_totals(result.frame)
+    in_leaves = totals[totals["scope"].isin(list(classes))].assign(
+        class_name=lambda f: f["scope"].map(classes))
+    table = in_leaves.pivot_table(index="class_name", columns="counter", values="value", aggfunc="sum", fill_value=0)
+    grand = result.totals()
+    first = names[0] if names else None
+    order = sorted(table.index, key=lambda c: (-int(table.at[c, first]) if first in table.columns else 0, c))
+    rows = [[c] + [human(table.at[c, n]) if n in table.columns else "0" for n in names] for c in order]
+    outside = [grand.get(n, 0) - (int(table[n].sum()) if n in table.columns else 0) for n in names]
+    rows.append([OUTSIDE_LEAVES] + [human(v) for v in outside])
+    rows.append(["total"] + [human(grand.get(n, 0)) for n in names])
+    return _grid(["module type", *names], rows) + [
+        "",
+        "summed over leaf modules only (a parent's value already includes its children's, so adding",
+        f"containers would count twice); {OUTSIDE_LEAVES} is what ran in containers' own code or",
+        "outside any module (loss, optimizer)",
+    ]
+
+
+def coverage_text(
+    result: CounterResult, names: list[str], fractions: Mapping[str, float] | None = None, top: int | None = None
+) -> list[str]:
+    """Per counter: the ops no rule covers (the `top` most called; None = all), with their
+    calls and tensor volume, or "all ops covered"."""
+    lines = ["coverage:"]
+    for name in names:
+        rows = result.unsupported[result.unsupported["counter"] == name] if len(result.unsupported) else result.unsupported
+        parts = [f"{percent(fractions[name])} of calls covered"] if fractions and name in fractions else []
+        parts.append(f"{len(rows)} ops uncovered ({int(rows['calls'].sum())} calls)" if len(rows) else "all ops covered")
+        lines.append(f"  {name}: " + "; ".join(parts))
+        shown, rest = (rows, rows.iloc[:0]) if top is None else (rows.head(top), rows.iloc[top:])
+        table = [[op, str(int(n)), human_bytes(int(b))] for op, n, b in zip(shown["op"], shown["calls"], shown["tensor_bytes"])]
+        if len(rest):
+            table.append([f"... {len(rest)} more op{'s' if len(rest) > 1 else ''}", str(int(rest["calls"].sum())), human_bytes(int(rest["tensor_bytes"].sum()))])
+        lines += _grid(["uncovered op", "calls", "tensors"], table, "    ") if table else []
+    return lines
+
+
+def table_text(
+    result: CounterResult,
+    by: str = "scope",
+    depth: int | None = None,
+    top: int = 10,
+    *,
+    modules: pd.DataFrame | None = None,
+    coverage: Mapping[str, float] | None = None,
+    counters=None,
+) -> str:
+    """The text report: the table `by` asks for, then the coverage block.
+
+    by: "scope" (module tree down to `depth`, None = all), "op" (per counter the `top` ops at
+    Global, "others", "total"; `top` also bounds the uncovered ops listed), "stage" (result counted with by=("stage",)) or "module-type"
+    (needs `modules` = module_classes(trace)). `modules` also orders the scope tree the way
+    the model registers its modules. `coverage`: counter -> fraction, shown when given."""
+    names = counter_names(result) if counters is None else list(counters)
+    if by == "scope":
+        lines = _by_scope(result, names, depth, modules)
+    elif by == "op":
+        lines = _by_op(result, names, top)
+    elif by == "stage":
+        lines = _by_stage(result, names)
+    elif by == "module-type":
+        lines = _by_module_type(result, names, modules)
+    else:
+        raise ValueError(f"unknown table {by!r}; choose from {VIEWS}")
+    return "\n".join(lines + [""] + coverage_text(result, names, coverage, top))
