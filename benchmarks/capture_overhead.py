@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workloads import WORKLOADS, make, train_step  # noqa: E402
+from benchmarks.workloads import make, train_step  # noqa: E402
 from capture import Recorder  # noqa: E402
 
 

@@ -7,7 +7,6 @@ is not per-op work (stages, module hooks, flushing) lives in the recorder.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 import torch

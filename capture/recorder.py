@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import re
-import sys
 import threading
 import weakref
 from contextlib import contextmanager

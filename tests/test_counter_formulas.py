@@ -93,7 +93,7 @@ def test_reductions_sigmoid_and_batch_norm(tmp_path):
 
 def test_scopes_receive_parent_counts(tmp_path):
     model = nn.Sequential(nn.Linear(3, 2, bias=False))
-    with Recorder(tmp_path / "t", model=model) as recorder, torch.no_grad():
+    with Recorder(tmp_path / "t", model=model), torch.no_grad():
         model(torch.randn(4, 3) + 5)
     with open_trace(tmp_path / "t") as trace:
         counts = count(trace, ["flop"]).spikingjelly("flop")

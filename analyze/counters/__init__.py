@@ -13,7 +13,6 @@ tables are evaluated and attributed to scopes.
 
 from __future__ import annotations
 
-import fnmatch
 
 import pandas as pd
 

@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, dims, kwarg
+from analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
 

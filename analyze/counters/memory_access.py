@@ -48,7 +48,7 @@ def _batch_norm_backward() -> str:
 
 
 # SDPA: q, k, v and the attention bias (args[3] if a tensor, else kwargs attn_mask/attn_bias).
-_SDPA_BIAS = f"coalesce(a3_bytes, k_attn_mask_bytes, k_attn_bias_bytes, 0)"
+_SDPA_BIAS = "coalesce(a3_bytes, k_attn_mask_bytes, k_attn_bias_bytes, 0)"
 _SDPA = f"({total('a0', 'a1', 'a2', 'o0')} + {_SDPA_BIAS})"
 _SDPA_BACKWARD_BIAS = {"flash_attention_for_cpu": None, "flash_attention": None, "efficient_attention": 4, "cudnn_attention": 8}
 

@@ -33,13 +33,3 @@ def arg_is_null(i: int) -> str:
 
 def kwarg(name: str, default, type_: str = "DOUBLE") -> str:
     return f"coalesce(json_extract(kwargs, '$.{name}')::{type_}, {default})"
-
-
-def tensor_arg(i: int) -> str:
-    """True when positional argument i is a tensor (its placeholder is a {"$t": k} object)."""
-    return f"a{i}_present"
-
-
-def dims(slot: str, first: int = 3) -> str:
-    """The shape of `slot` from dimension `first` (1-based) on: spatial dims of NC... tensors."""
-    return f"{slot}_shape[{first}:]"

@@ -1,0 +1,284 @@
+"""Offline counting throughput: the five counters over 1M and 10M events of a real training trace.
+
+    python benchmarks/analysis_throughput.py [--events 1000000] [--big-events 10000000] [--repeats 3] [--workload vgg]
+
+1. Capture `--steps` real training steps of a workload (benchmarks/workloads.py) with Recorder.
+2. Tile them into a trace of at least `--events` events (and one of `--big-events`; 0 skips it):
+   K copies of the captured rows, every id renumbered (seq, freed_seq, first_seq, tensor_id and
+   the tensor-id lists of module_events, uid, stage_id, step, call_index) so that the result is
+   a valid trace; scopes and modules are shared, not tiled. Tiles stream through
+   capture.writer.TraceWriter (its zstd level, delta encoding, footer keys and manifest), one
+   part per `--part-events` events (Recorder's default flush). The small trace is checked once
+   with trace.validate(), outside timing.
+3. analyze.counters.count(trace, [name]) for each counter, and count(trace) with all five: the
+   median of `--repeats` after one warm-up, each on a fresh open_trace (opening timed apart).
+   The big trace is measured in one child process per row, which reports its peak RSS (VmHWM).
+   A profile splits count(trace) by statement and shows op_facts' heaviest DuckDB operators.
+4. For comparison, SpikingJelly 2.0.0's online DispatchCounterMode with its five counters over
+   the same steps, interleaved with plain runs: extra ms per dispatched op, extrapolated to 1M.
+
+Targets: all five counters over 1M events in < 1 s; over 10M events in < 10 s with peak memory < 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analyze import open_trace  # noqa: E402
+from analyze.counters import COUNTERS, count  # noqa: E402
+from capture.writer import TraceWriter  # noqa: E402
+from schemas.tables import TABLES  # noqa: E402
+
+SHARED = ("scopes", "modules")  # written once: every tile refers to the same scope and module ids
+# table -> column -> its span: tile k adds k * span, span = 1 + the largest value in the captured steps
+SHIFTS = {
+    "events": {"seq": "seq", "step": "step", "stage_id": "stage"},
+    "event_tensors": {"seq": "seq", "tensor_id": "tensor"},
+    "tensors": {"tensor_id": "tensor", "uid": "uid", "first_seq": "seq"},
+    "tensor_frees": {"uid": "uid", "freed_seq": "seq"},
+    "op_stats": {"seq": "seq"},
+    "packed_inputs": {"seq": "seq", "tensor_id": "tensor"},
+    "module_events": {"seq": "seq", "step": "step", "stage_id": "stage", "call_index": "module_call",
+                      "inputs": "tensor", "outputs": "tensor", "kwarg_inputs": "tensor"},
+    "neuron_memories": {"seq": "seq", "tensor_id": "tensor"},
+    "stage_markers": {"seq": "seq", "stage_id": "stage", "step": "step"},
+    "optimizer_steps": {"seq": "seq", "step": "step", "call_index": "optimizer_call"},
+}
+PART_EVENTS = inspect.signature(TraceWriter).parameters["flush_rows"].default
+PLAN = {name: [name] for name in COUNTERS} | {"all five": None}
+
+
+def capture(workload: str, steps: int, path: Path, repeats: int) -> tuple[int, float, float]:
+    """Record `steps` steps into `path`; then median seconds of `steps` steps plain and under SJ's counters."""
+    import torch
+    from spikingjelly.activation_based.op_counter import (
+        ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
+    )
+
+    from benchmarks.workloads import make, train_step
+    from capture import Recorder
+
+    torch.set_num_threads(2)
+    net, x, target, loss_fn, opt = make(workload)
+    train_step(net, x, target, loss_fn, opt)  # warm-up
+    with Recorder(path, model=net, optimizer=opt, metadata={"benchmark": "analysis_throughput"}) as recorder:
+        for _ in range(steps):
+            train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+            recorder.step()
+    times = {"plain": [], "sj": []}
+    for round_index in range(repeats + 1):  # round 0 warms up
+        for variant in ("plain", "sj") if round_index % 2 else ("sj", "plain"):
+            counters = [FlopCounter(), MemoryAccessCounter(), SynOpCounter(), MACCounter(), ACCounter()]
+            start = time.perf_counter()
+            with DispatchCounterMode(counters, strict=False) if variant == "sj" else nullcontext():
+                for _ in range(steps):
+                    train_step(net, x, target, loss_fn, opt)
+            times[variant].append(time.perf_counter() - start)
+    plain, online = (statistics.median(times[v][1:]) for v in ("plain", "sj"))
+    return recorder.writer.counts["events"], plain, online
+
+
+def spans(source: dict[str, pa.Table]) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for name, columns in SHIFTS.items():
+        for column, key in columns.items():
+            values = source[name][column]
+            values = pc.list_flatten(values) if pa.types.is_list(values.type) else values
+            top = pc.max(values).as_py() if len(values) else None
+            result[key] = max(result.get(key, 1), 1 + (top or 0))
+    return result
+
+
+def tile(table: pa.Table, name: str, first: int, n: int, span: dict[str, int]) -> pa.Table:
+    """`n` copies of `table`, copy i renumbered as tile `first + i`."""
+    if not table.num_rows:
+        return table
+    big = pa.concat_tables([table] * n).combine_chunks()
+    delta_of_row = np.repeat(np.arange(first, first + n, dtype=np.int64), table.num_rows)
+    for column, key in SHIFTS[name].items():
+        array, delta = big[column].chunk(0), delta_of_row * span[key]
+        if pa.types.is_list(array.type):  # shift the values, keep offsets and null lists
+            values = pc.add(array.flatten(), pa.array(delta[pc.list_parent_indices(array).to_numpy()], array.type.value_type))
+            offsets = pc.subtract(array.offsets, array.offsets[0])
+            shifted = pa.ListArray.from_arrays(offsets, values, type=array.type, mask=array.is_null())
+        else:
+            shifted = pc.add(array, pa.array(delta, array.type))
+        big = big.set_column(big.schema.get_field_index(column), big.schema.field(column), shifted)
+    return big
+
+
+def build(source_path: Path, path: Path, min_events: int, part_events: int) -> int:
+    """Write a tiled trace of at least `min_events` events, one part at a time; returns its events."""
+    source = {t: pq.read_table(source_path / t).drop_columns(["rank"]).combine_chunks() for t in TABLES}
+    manifest = json.loads((source_path / "manifest.json").read_text())
+    span, per_tile = spans(source), source["events"].num_rows
+    tiles, per_part = -(-min_events // per_tile), max(1, part_events // per_tile)
+    writer = TraceWriter(path, settings=manifest["settings"], versions=manifest["versions"],
+                         metadata=manifest["metadata"] | {"tiled_from": str(source_path), "tiles": tiles})
+    for first in range(0, tiles, per_part):
+        for name, table in source.items():
+            if first == 0 or (name not in SHARED and table.num_rows):
+                writer._write_part(name, table if name in SHARED else tile(table, name, first, min(per_part, tiles - first), span))
+        writer.part_index += 1
+        writer.write_manifest()
+    writer.manifest["steps_recorded"] = manifest["steps_recorded"] * tiles
+    writer.close()  # every table has a part, so this only marks the manifest complete
+    return writer.counts["events"]
+
+
+def measure(path: Path, counters, repeats: int) -> dict:
+    """Median seconds of open_trace and of count(), each repeat on a fresh trace, after a warm-up."""
+    opens, counts = [], []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        with open_trace(path) as trace:
+            opened = time.perf_counter()
+            count(trace, counters)
+        opens.append(opened - start)
+        counts.append(time.perf_counter() - opened)
+    hwm_kb = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
+    return {"open": statistics.median(opens[1:]), "count": statistics.median(counts[1:]),
+            "range": (min(counts[1:]), max(counts[1:])), "hwm_mb": hwm_kb / 1024}
+
+
+def measure_child(path: Path, counters, repeats: int) -> dict:
+    command = [sys.executable, __file__, "--child", str(path), "--child-counters", ",".join(counters or ["all"]),
+               "--repeats", str(repeats)]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+
+
+class TimedConnection:
+    """Stands in for trace.con: seconds per kind of statement count() runs (execute + fetch)."""
+
+    KINDS = {"TEMP TABLE counter_values": "op_facts + rule CASEs -> counter_values",
+             "UNNEST(s.parents)": "scope attribution + GROUP BY (per counter)", "IS NULL GROUP BY op": "unsupported ops (per counter)"}
+
+    def __init__(self, con) -> None:
+        self.con, self.kind, self.seconds = con, "", {}
+
+    def _timed(self, call, kind=None):
+        start, result = time.perf_counter(), call()
+        self.kind = kind or self.kind
+        self.seconds[self.kind] = self.seconds.get(self.kind, 0.0) + time.perf_counter() - start
+        return result
+
+    def execute(self, query, params=None):
+        self._timed(lambda: self.con.execute(query, params), next((v for k, v in self.KINDS.items() if k in query), "macros"))
+        return self
+
+    def df(self):
+        return self._timed(self.con.df)
+
+
+def profile(path: Path) -> None:
+    """Where count(trace) with all five spends its time: per statement, then op_facts' heaviest operators."""
+    from analyze.counters.engine import case_expression, rules_of
+    from analyze.counters.facts import op_facts_sql
+
+    output = Path(tempfile.mkdtemp()) / "profile.json"
+    with open_trace(path) as trace:
+        count(trace)  # warm-up
+        con, trace.con = trace.con, TimedConnection(trace.con)
+        start = time.perf_counter()
+        count(trace)
+        total, seconds, trace.con = time.perf_counter() - start, trace.con.seconds, con
+        con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{output}'")
+        start = time.perf_counter()
+        con.execute("CREATE TEMP TABLE facts_only AS " + op_facts_sql([case_expression(rules_of(m, None)) for m in COUNTERS.values()]))
+        facts = time.perf_counter() - start
+        con.execute("PRAGMA disable_profiling")
+    operators, nodes = [], json.loads(output.read_text())["operator"]
+    while nodes:
+        node = nodes.pop()
+        info = node.get("extra_info", {})
+        operators.append((node["timing"], f"{node['name']} {info.get('Table') or info.get('Join Type') or ''}".strip(), node["intermediate_rows"]))
+        nodes += node.get("children", [])
+    shutil.rmtree(output.parent)
+    print(f"\nprofile of count(trace) with all five, {total:.2f} s: " + "; ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
+    print(f"op_facts alone, materialized: {facts:.2f} s; its heaviest operators (EXPLAIN ANALYZE): "
+          + "; ".join(f"{name} {t:.2f} s ({rows:,} rows out)" for t, name, rows in sorted(operators, reverse=True)[:4]))
+
+
+def report(label: str, events: int, results: dict, memory: bool) -> None:
+    print(f"\n## {label}: {events:,} events, median of the repeats\n")
+    print("| counters | count() s [min, max] | M events/s | open_trace s |" + (" peak RSS MB |" if memory else ""))
+    print("|---|---|---|---|" + ("---|" if memory else ""))
+    for name, r in results.items():
+        row = f"| {name} | {r['count']:.2f} [{r['range'][0]:.2f}, {r['range'][1]:.2f}] | {events / r['count'] / 1e6:.2f} | {r['open']:.2f} |"
+        print(row + (f" {r['hwm_mb']:,.0f} |" if memory else ""), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--big-events", type=int, default=10_000_000, help="0 skips the big trace")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workload", default="vgg")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--part-events", type=int, default=PART_EVENTS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-counters", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:  # one measurement of the big trace, in its own process
+        print(json.dumps(measure(Path(args.child), None if args.child_counters == "all" else args.child_counters.split(","), args.repeats)))
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="spiketrace-analysis-"))
+    events, plain, online = capture(args.workload, args.steps, scratch / "source", args.repeats)
+    print(f"captured {args.steps} steps of {args.workload}: {events:,} events; parts of {args.part_events:,} events; "
+          f"{args.repeats} repeats after a warm-up")
+    outcomes = []
+    for label, wanted, child in (("small trace", args.events, False), ("big trace", args.big_events, True)):
+        if not wanted:
+            continue
+        path, start = scratch / label.replace(" ", "-"), time.perf_counter()
+        total = build(scratch / "source", path, wanted, args.part_events)
+        size = sum(f.stat().st_size for f in path.rglob("*.parquet"))
+        print(f"\nbuilt the {label}: {total:,} events in {time.perf_counter() - start:.1f} s, {size / 2**20:.1f} MiB ({size / total:.2f} B/event)")
+        if not child:
+            with open_trace(path) as trace, open_trace(scratch / "source") as source:
+                problems = trace.warnings + trace.validate()
+                if count(trace).totals() != {k: v * (total // events) for k, v in count(source).totals().items()}:
+                    problems.append(f"count() totals are not {total // events} x those of the captured steps")
+            print("open_trace warnings, validate(), totals = tiles x captured: " + ("; ".join(problems) if problems else "all fine"))
+        results = {name: (measure_child if child else measure)(path, counters, args.repeats) for name, counters in PLAN.items()}
+        report(label, total, results, child)
+        seconds = results["all five"]["count"]  # both targets are 1 s per 1M events
+        outcomes.append((f"all five over {total:,} events < {total / 1e6:.2f} s", f"{seconds:.2f} s", seconds < total / 1e6))
+        if child:
+            peak = max(r["hwm_mb"] for r in results.values())
+            outcomes.append((f"peak RSS over {total:,} events < 1 GB", f"{peak:,.0f} MB", peak < 1024))
+        if not child or not args.events:
+            profile(path)
+        shutil.rmtree(path)
+    per_op = (online - plain) / events
+    print(f"\n## SpikingJelly DispatchCounterMode (5 counters), online over the same {args.steps} steps ({events:,} ops)\n")
+    print("| plain s | with counters s (x) | extra ms/op | extra for 1M events online |")
+    print("|---|---|---|---|")
+    print(f"| {plain:.2f} | {online:.2f} ({online / plain:.2f}x) | {1e3 * per_op:.3f} | {per_op * 1e6:,.0f} s |")
+    print("\n## Targets (1 s per 1M events, scaled to the events the tiled trace really has)\n")
+    print("| target | measured | met |\n|---|---|---|")
+    for target, measured, met in outcomes:
+        print(f"| {target} | {measured} | {'yes' if met else 'NO'} |")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
