@@ -149,3 +149,20 @@ def test_unsupported_ops_are_reported_with_volume(tmp_path):
     rows = result.unsupported.set_index("op")
     assert rows.loc["aten.exp.default", "calls"] == 1
     assert rows.loc["aten.exp.default", "tensor_bytes"] == 16 + 16
+
+
+def test_filters_select_events(tmp_path):
+    with Recorder(tmp_path / "t") as recorder:
+        with recorder.stage("forward"):
+            torch.ones(3).neg()  # 3 flops
+        with recorder.stage("backward"):
+            torch.ones(5).neg()  # 5 flops
+            torch.ones(2, 2).sum()  # 4 - 1 = 3 flops
+    with open_trace(tmp_path / "t") as trace:
+        forward = count(trace, ["flop"], stage="forward").totals()["flop"]
+        backward = count(trace, ["flop"], phase="backward").totals()["flop"]
+        neg_only = count(trace, ["flop"], ops="aten.neg").totals()["flop"]
+        by_stage = count(trace, ["flop"], by=["stage"]).frame
+    assert (forward, backward, neg_only) == (3, 5 + 3, 3 + 5)
+    global_rows = by_stage[by_stage.scope == "Global"].groupby("stage")["value"].sum().to_dict()
+    assert global_rows == {"forward": 3, "backward": 8}

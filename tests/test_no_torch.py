@@ -27,12 +27,13 @@ BLOCK_TORCH = textwrap.dedent(
 ANALYSE = BLOCK_TORCH + textwrap.dedent(
     """
     import json
-    from analyze import open_trace
+    from analyze import count, open_trace
     from analyze.cli import main
     with open_trace({trace!r}) as trace:
         problems = trace.validate()
         ops = trace.sql("SELECT op, count(*) AS n FROM events GROUP BY op").set_index("op")["n"].to_dict()
-    print(json.dumps({{"problems": problems, "ops": ops, "torch": "torch" in sys.modules}}))
+        flop = count(trace, ["flop", "neuromorphic_memory_access"]).spikingjelly("flop")
+    print(json.dumps({{"problems": problems, "ops": ops, "flop": flop, "torch": "torch" in sys.modules}}))
     try:
         main(["info", {trace!r}, "--format", "json"], standalone_mode=False)
     finally:
@@ -52,4 +53,6 @@ def test_real_trace_is_analysed_without_torch(tmp_path):
     report = json.loads(first)
     assert report["problems"] == [] and report["torch"] is False
     assert report["ops"]["aten.addmm.default"] == 2  # fc1 and fc2 forward
+    # fc1 = Linear(64, 32) on [T*N=32, 64]: 2*m*n*k + m*n (bias, beta=1)
+    assert report["flop"]["SpikingMLP.fc1"]["aten.addmm.default"] == 2 * 32 * 32 * 64 + 32 * 32
     assert json.loads(info)["trace"]["counts"]["events"] == sum(report["ops"].values())
