@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pandas as pd
 
-from analyze.counters.facts import op_facts_sql
+from analyze.counters.facts import TENSOR_USES, op_facts_sql
 from analyze.counters.sql import MACROS
 
 COMPAT_MODES = (None, "spikingjelly")
@@ -116,6 +116,7 @@ def count_events(
         name: "CASE " + " ".join(f"WHEN op = {_sql_string(op)} AND ({cond}) THEN true" for op, cond in items.items()) + " ELSE false END"
         for name, items in aborts.items() if items
     }
+    con.execute(TENSOR_USES.format(where=where))
     facts = op_facts_sql(list(values.values()) + list(abort_columns.values()), where)
     value_columns = ", ".join(f"{expr} AS value_{name}" for name, expr in values.items())
     abort_select = "".join(f", {expr} AS abort_{name}" for name, expr in abort_columns.items())
