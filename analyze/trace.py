@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +143,7 @@ def find_parts(root: Path, manifests: dict[int, dict], warnings: list[str]) -> d
     return parts
 
 
-def open_trace(path: str | os.PathLike, *, threads: int = 2) -> Trace:
+def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str = "1GB") -> Trace:
     """Open and check the trace at `path`; raises TraceError naming the file at fault."""
     root = Path(path)
     manifests = read_manifests(root)
@@ -160,14 +161,15 @@ def open_trace(path: str | os.PathLike, *, threads: int = 2) -> Trace:
     if len(manifests) < world_size:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
     parts = find_parts(root, manifests, warnings)
-    return Trace(root, manifests, parts, warnings, threads=threads)
+    return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit)
 
 
 class Trace:
     """An opened trace: its manifests, its parts, and a DuckDB connection with its views."""
 
     def __init__(
-        self, path: Path, manifests: dict[int, dict], parts: dict[str, list[Part]], warnings: list[str], *, threads: int = 2
+        self, path: Path, manifests: dict[int, dict], parts: dict[str, list[Part]], warnings: list[str], *,
+        threads: int = 2, memory_limit: str = "1GB",
     ) -> None:
         self.path = path
         self.manifests = manifests
@@ -179,6 +181,11 @@ class Trace:
         self.parts = parts
         self.con = duckdb.connect(":memory:")
         self.con.execute(f"SET threads TO {int(threads)}")
+        # Bounded memory for any trace size: DuckDB spills its joins and aggregates to disk
+        # beyond this, and need not keep insertion order for what the analyses compute.
+        self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        self.con.execute("SET preserve_insertion_order = false")
+        self.con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'spiketrace-duckdb'}'")
         create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
 
     def __repr__(self) -> str:
