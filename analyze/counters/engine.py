@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pandas as pd
 
-from analyze.counters.facts import TENSOR_USES, op_facts_sql
+from analyze.counters.gather import build_op_facts
 from analyze.counters.sql import MACROS
 
 COMPAT_MODES = (None, "spikingjelly")
@@ -116,8 +116,8 @@ def count_events(
         name: "CASE " + " ".join(f"WHEN op = {_sql_string(op)} AND ({cond}) THEN true" for op, cond in items.items()) + " ELSE false END"
         for name, items in aborts.items() if items
     }
-    con.execute(TENSOR_USES.format(where=where))
-    facts = op_facts_sql(list(values.values()) + list(abort_columns.values()), where)
+    con.register("op_facts_table", build_op_facts(con, list(values.values()) + list(abort_columns.values()), where))
+    facts = "SELECT * FROM op_facts_table"
     value_columns = ", ".join(f"{expr} AS value_{name}" for name, expr in values.items())
     abort_select = "".join(f", {expr} AS abort_{name}" for name, expr in abort_columns.items())
     con.execute(f"""
