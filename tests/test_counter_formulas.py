@@ -166,3 +166,14 @@ def test_filters_select_events(tmp_path):
     assert (forward, backward, neg_only) == (3, 5 + 3, 3 + 5)
     global_rows = by_stage[by_stage.scope == "Global"].groupby("stage")["value"].sum().to_dict()
     assert global_rows == {"forward": 3, "backward": 8}
+
+
+def test_chunked_counting_equals_one_pass(tmp_path):
+    from capture.example import record_demo
+
+    with open_trace(record_demo(tmp_path / "demo")) as trace:
+        whole = count(trace, by=["stage"])
+        chunked = count(trace, by=["stage"], chunk_events=37)  # 225 events in 7 chunks
+    key = ["counter", "scope", "op", "stage"]
+    assert chunked.frame.sort_values(key, ignore_index=True).equals(whole.frame.sort_values(key, ignore_index=True))
+    assert chunked.unsupported.equals(whole.unsupported)

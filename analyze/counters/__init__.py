@@ -72,8 +72,10 @@ def count(
     ignore_modules=None,
     compat: str | None = None,
     strict: bool = False,
+    chunk_events: int = 2_000_000,
 ) -> CounterResult:
-    """Run `counters` (names; all five by default) over the selected events of `trace`."""
+    """Run `counters` (names; all five by default) over the selected events of `trace`,
+    streamed in chunks of `chunk_events` events (memory stays bounded)."""
     names = list(COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
     unknown = [n for n in names if n not in ALL_COUNTERS]
     if unknown:
@@ -90,6 +92,7 @@ def count(
         ignore_modules=ignored,
         compat=compat,
         strict=strict,
+        chunk_events=chunk_events,
     )
     module_names = [n for n in names if n in MODULE_COUNTERS]
     if module_names and (module is not None or ops is not None or by):

@@ -90,6 +90,26 @@ def ignored_scopes_sql(names: list[str], compat: str | None) -> str:
     """
 
 
+def event_chunks(con, where: str, chunk_events: int):
+    """(events filter, event_tensors filter) per chunk of about `chunk_events` events."""
+    for rank, low, high, n in con.execute(
+        f"SELECT rank, min(seq), max(seq), count(*) FROM events WHERE {where} GROUP BY rank ORDER BY rank"
+    ).fetchall():
+        pieces = max(1, -(-n // chunk_events))
+        step = -(-(high - low + 1) // pieces)
+        for start in range(low, high + 1, step):
+            bounds = f"rank = {rank} AND seq >= {start} AND seq < {start + step}"
+            yield f"({where}) AND {bounds}", bounds
+
+
+def _summed(frames: list[pd.DataFrame], keys: list[str], values: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({**{k: pd.Series([], dtype=object) for k in keys}, **{v: pd.Series([], dtype="int64") for v in values}})
+    frame = pd.concat(frames, ignore_index=True)
+    return frame.groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
+
+
 def count_events(
     con,
     counters: dict[str, ModuleType],
@@ -99,6 +119,7 @@ def count_events(
     ignore_modules: list[str] = (),
     compat: str | None = None,
     strict: bool = False,
+    chunk_events: int = 2_000_000,
 ) -> CounterResult:
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
@@ -116,40 +137,47 @@ def count_events(
         name: "CASE " + " ".join(f"WHEN op = {_sql_string(op)} AND ({cond}) THEN true" for op, cond in items.items()) + " ELSE false END"
         for name, items in aborts.items() if items
     }
-    con.register("op_facts_table", build_op_facts(con, list(values.values()) + list(abort_columns.values()), where))
-    facts = "SELECT * FROM op_facts_table"
+    expressions = list(values.values()) + list(abort_columns.values())
     value_columns = ", ".join(f"{expr} AS value_{name}" for name, expr in values.items())
     abort_select = "".join(f", {expr} AS abort_{name}" for name, expr in abort_columns.items())
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE counter_values AS
-        WITH facts AS ({facts}),
-             ignored AS ({ignored_scopes_sql(list(ignore_modules), compat)})
-        SELECT f.rank, f.seq, f.op, f.step, f.stage, f.phase, f.scope_id, f.tensor_bytes, {value_columns}{abort_select}
-        FROM facts f ANTI JOIN ignored i ON f.rank = i.rank AND f.scope_id = i.scope_id
-    """)
+    ignored = ignored_scopes_sql(list(ignore_modules), compat)
     groups = "".join(f", v.{g}" for g in group_by)
-    frames, unsupported, abort_rows = [], [], []
-    for name in counters:
-        frames.append(con.execute(f"""
-            SELECT {_sql_string(name)} AS counter, p.scope, v.op{groups}, CAST(sum(v.value_{name}) AS BIGINT) AS value
-            FROM counter_values v JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id,
-                 UNNEST(s.parents) AS p(scope)
-            WHERE v.value_{name} IS NOT NULL
-            GROUP BY ALL
-        """).df())
-        unsupported.append(con.execute(f"""
-            SELECT {_sql_string(name)} AS counter, op, count(*) AS calls, coalesce(sum(tensor_bytes), 0) AS tensor_bytes
-            FROM counter_values WHERE value_{name} IS NULL GROUP BY op ORDER BY calls DESC, op
-        """).df())
-        if name in abort_columns:
-            abort_rows.append(con.execute(f"""
-                SELECT {_sql_string(name)} AS counter, op, count(*) AS calls FROM counter_values
-                WHERE abort_{name} GROUP BY op
+    partial_values, partial_unsupported, partial_aborts = [], [], []
+    # Streamed in chunks of events, so memory stays bounded whatever the trace's size; the
+    # per-chunk sums are added up at the end.
+    for chunk, uses_where in event_chunks(con, where, chunk_events):
+        con.register("op_facts_table", build_op_facts(con, expressions, chunk, uses_where))
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE counter_values AS
+            SELECT f.rank, f.seq, f.op, f.step, f.stage, f.phase, f.scope_id, f.tensor_bytes, {value_columns}{abort_select}
+            FROM op_facts_table f ANTI JOIN ({ignored}) i ON f.rank = i.rank AND f.scope_id = i.scope_id
+        """)
+        con.unregister("op_facts_table")
+        for name in counters:
+            partial_values.append(con.execute(f"""
+                SELECT {_sql_string(name)} AS counter, p.scope, v.op{groups}, CAST(sum(v.value_{name}) AS BIGINT) AS value
+                FROM counter_values v JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id,
+                     UNNEST(s.parents) AS p(scope)
+                WHERE v.value_{name} IS NOT NULL
+                GROUP BY ALL
             """).df())
+            partial_unsupported.append(con.execute(f"""
+                SELECT {_sql_string(name)} AS counter, op, count(*) AS calls, coalesce(sum(tensor_bytes), 0) AS tensor_bytes
+                FROM counter_values WHERE value_{name} IS NULL GROUP BY op
+            """).df())
+            if name in abort_columns:
+                partial_aborts.append(con.execute(f"""
+                    SELECT {_sql_string(name)} AS counter, op, count(*) AS calls FROM counter_values
+                    WHERE abort_{name} GROUP BY op
+                """).df())
+    frames = _summed(partial_values, ["counter", "scope", "op", *group_by], ["value"])
+    unsupported = _summed(partial_unsupported, ["counter", "op"], ["calls", "tensor_bytes"])
+    unsupported = unsupported.sort_values(["counter", "calls", "op"], ascending=[True, False, True], ignore_index=True)
     result = CounterResult(
-        frame=pd.concat(frames, ignore_index=True).astype({"value": "int64"}),
-        unsupported=pd.concat(unsupported, ignore_index=True),
-        aborts=pd.concat(abort_rows, ignore_index=True) if abort_rows else pd.DataFrame(columns=["counter", "op", "calls"]),
+        frame=frames.astype({"value": "int64"}),
+        unsupported=unsupported.astype({"calls": "int64", "tensor_bytes": "int64"}),
+        aborts=_summed(partial_aborts, ["counter", "op"], ["calls"]) if partial_aborts
+        else pd.DataFrame(columns=["counter", "op", "calls"]),
     )
     if strict and (len(result.unsupported) or len(result.aborts)):
         first = result.unsupported.iloc[0] if len(result.unsupported) else result.aborts.iloc[0]

@@ -31,7 +31,7 @@ def referenced_columns(expressions) -> tuple[list[str], list[str]]:
     return sorted(columns), sorted(stats)
 
 
-def _slots(columns: list[str]) -> dict[tuple[str, str, bool], set[str]]:
+def slots(columns: list[str]) -> dict[tuple[str, str, bool], set[str]]:
     """(kind, position or name, items?) -> the facts read of that slot."""
     slots: dict[tuple[str, str, bool], set[str]] = {}
     for column in columns:

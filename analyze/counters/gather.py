@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyze.counters.facts import _slots, referenced_columns
+from analyze.counters.facts import referenced_columns, slots
 
 _RANK_SHIFT = np.int64(1) << np.int64(40)  # seq and tensor ids stay far below 2**40
 
@@ -37,14 +37,19 @@ def _bool(array) -> np.ndarray:
     return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def build_op_facts(con, expressions, where: str = "true") -> pa.Table:
+def build_op_facts(con, expressions, where: str = "true", uses_where: str = "true") -> pa.Table:
+    """op_facts of the events matching `where`; `uses_where` (over rank and seq) narrows the
+    tensor uses read to a chunk of the trace."""
     columns, stats = referenced_columns(expressions)
     events = con.sql(
         f"SELECT rank, seq, op, step, stage, phase, scope_id, args, kwargs FROM events WHERE {where}"
     ).to_arrow_table()
-    uses = con.sql("SELECT rank, seq, role, position, name, item, tensor_id FROM event_tensors").to_arrow_table()
+    uses = con.sql(
+        f"SELECT rank, seq, role, position, name, item, tensor_id FROM event_tensors WHERE {uses_where}"
+    ).to_arrow_table()
     tensors = con.sql(
         "SELECT rank, tensor_id, numel, numel * element_size AS bytes, shape, is01, nnz FROM tensor_states"
+        f" WHERE (rank, tensor_id) IN (SELECT rank, tensor_id FROM event_tensors WHERE {uses_where})"
     ).to_arrow_table().combine_chunks()  # take() on one chunk is several times faster
     n = events.num_rows
     event_keys = _keys(events, "seq")
@@ -66,7 +71,7 @@ def build_op_facts(con, expressions, where: str = "true") -> pa.Table:
     result = {name: events.column(name) for name in events.column_names}
     result["tensor_bytes"] = pa.array(per_event_sum(valid, byte_values).astype(np.int64))
     result["out_bytes"] = pa.array(per_event_sum(valid & is_out, byte_values).astype(np.int64))
-    for (kind, key, items), facts in sorted(_slots(columns).items()):
+    for (kind, key, items), facts in sorted(slots(columns).items()):
         if kind == "k":
             prefix = f"k_{key}_"
             mask = valid & _bool(pc.equal(role, "kwarg")) & _bool(pc.equal(uses.column("name"), key))
@@ -91,7 +96,8 @@ def build_op_facts(con, expressions, where: str = "true") -> pa.Table:
             result[prefix + fact] = pa.array(index >= 0) if fact == "present" else pc.take(tensors.column(fact), taken)
     if stats:
         table = con.sql(
-            "SELECT rank, seq, stat, value FROM op_stats WHERE stat IN (" + ", ".join(f"'{s}'" for s in stats) + ")"
+            f"SELECT rank, seq, stat, value FROM op_stats WHERE ({uses_where}) AND stat IN ("
+            + ", ".join(f"'{s}'" for s in stats) + ")"
         ).to_arrow_table()
         stat_event = _locate(event_keys[event_order], event_order, _keys(table, "seq"))
         names = table.column("stat").combine_chunks()
