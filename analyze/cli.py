@@ -230,7 +230,7 @@ def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank
         names = names or counts_view.counter_names(result)
         if result.frame.empty and result.unsupported.empty:
             click.echo("warning: no events match the selection", err=True)
-        document = counts_view.counts_json(result, trace, selection=selection, counters=names)
+        document = counts_view.counts_json(result, trace, counters=names)
         fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
         if output_format in ("csv", "parquet"):
             frame = counts_view.tidy_frame(result, names)

@@ -4,13 +4,12 @@
     from analyze.counters import count
     from analyze.counts_view import counts_json, table_text
     with open_trace("runs/step") as trace:
-        selection = {"stage": "forward"}
-        result = count(trace, ["flop", "mac"], **selection)
-        document = counts_json(result, trace, selection=selection)
+        result = count(trace, ["flop", "mac"], stage="forward")
+        document = counts_json(result, trace)
         print(table_text(result, "scope", depth=2))
 
 Nothing here counts: the numbers come from analyze.counters; this module only arranges them
-(and asks the trace which module class each scope is, and how many events a selection has).
+(and asks the trace which module class each scope is).
 
 ## The JSON document (a stable contract, see docs/counts_json.md)
 
@@ -42,8 +41,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from analyze.counters import _ignore_names, _where
-from analyze.counters.engine import CounterResult, ignored_scopes_sql
+from analyze.counters.engine import CounterResult
 
 VIEWS = ("scope", "op", "stage", "module-type")
 UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
@@ -113,32 +111,10 @@ def tidy_frame(result: CounterResult, counters=None) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-def selected_events(
-    trace, *, stage=None, phase=None, step=None, rank=None, module=None, ops=None, ignore_modules=None, compat=None
-) -> int:
-    """Events of the selection that no ignored module touches: what every counter looks at.
-
-    The keywords are those of analyze.counters.count() (others, such as `by`, are ignored by
-    counts_json before they get here); the selection is built with the same SQL as count()."""
-    where = _where(stage, phase, step, rank, module, ops)
-    ignored = ignored_scopes_sql(_ignore_names(ignore_modules), compat)
-    return int(trace.con.execute(f"""
-        SELECT count(*) FROM (SELECT rank, scope_id FROM events WHERE {where}) e
-        ANTI JOIN ({ignored}) i ON e.rank = i.rank AND e.scope_id = i.scope_id
-    """).fetchall()[0][0])
-
-
-def coverage(result: CounterResult, events: int, counters=None) -> dict[str, float]:
-    """counter -> fraction of the `events` selected calls some rule of it covers."""
+def coverage(result: CounterResult, counters=None) -> dict[str, float]:
+    """counter -> fraction of the selected calls some rule of it covers."""
     names = counter_names(result) if counters is None else list(counters)
-    fractions = {}
-    for name in names:
-        uncovered = sum(result.unsupported_of(name).values())
-        if uncovered > events:
-            raise ValueError(f"{name}: {uncovered} uncovered calls but only {events} events selected; "
-                             "pass the selection the result was counted with")
-        fractions[name] = 1.0 if events == 0 else (events - uncovered) / events
-    return fractions
+    return {name: result.coverage(name) for name in names}
 
 
 def module_classes(trace) -> pd.DataFrame:
@@ -150,18 +126,12 @@ def module_classes(trace) -> pd.DataFrame:
     """)
 
 
-_SELECTION_KEYS = ("stage", "phase", "step", "rank", "module", "ops", "ignore_modules", "compat")
-
-
-def counts_json(result: CounterResult, trace, *, selection: Mapping | None = None, counters=None) -> dict:
+def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
     """The documented JSON document (see the module docstring) of `result`.
 
-    `selection`: the keywords `result` was counted with (stage=, module=, ignore_modules=, ...;
-    `by` and `strict` may be there too), needed for coverage; None means the whole trace.
     `counters`: the names asked for, so that a counter with nothing selected still appears."""
-    chosen = {k: v for k, v in (selection or {}).items() if k in _SELECTION_KEYS}
     names = counter_names(result) if counters is None else list(counters)
-    fractions = coverage(result, selected_events(trace, **chosen), names)
+    fractions = coverage(result, names)
     totals = scope_totals(tidy_frame(result, names))
     document = {}
     for name in names:

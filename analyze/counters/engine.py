@@ -33,6 +33,12 @@ class CounterResult:
     frame: pd.DataFrame  # counter, scope, op, value (+ group columns)
     unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
     aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
+    selected_events: int = 0  # events of the selection no ignored module touches
+
+    def coverage(self, counter: str) -> float:
+        """Fraction of the selected events some rule of `counter` covers (1.0 when none)."""
+        uncovered = sum(self.unsupported_of(counter).values())
+        return 1.0 if self.selected_events == 0 else (self.selected_events - uncovered) / self.selected_events
 
     def totals(self) -> dict[str, int]:
         """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
@@ -143,6 +149,7 @@ def count_events(
     ignored = ignored_scopes_sql(list(ignore_modules), compat)
     groups = "".join(f", v.{g}" for g in group_by)
     partial_values, partial_unsupported, partial_aborts = [], [], []
+    selected = 0
     # Streamed in chunks of events, so memory stays bounded whatever the trace's size; the
     # per-chunk sums are added up at the end.
     for chunk, uses_where in event_chunks(con, where, chunk_events):
@@ -153,6 +160,7 @@ def count_events(
             FROM op_facts_table f ANTI JOIN ({ignored}) i ON f.rank = i.rank AND f.scope_id = i.scope_id
         """)
         con.unregister("op_facts_table")
+        selected += con.execute("SELECT count(*) FROM counter_values").fetchall()[0][0]
         for name in counters:
             partial_values.append(con.execute(f"""
                 SELECT {_sql_string(name)} AS counter, p.scope, v.op{groups}, CAST(sum(v.value_{name}) AS BIGINT) AS value
@@ -178,6 +186,7 @@ def count_events(
         unsupported=unsupported.astype({"calls": "int64", "tensor_bytes": "int64"}),
         aborts=_summed(partial_aborts, ["counter", "op"], ["calls"]) if partial_aborts
         else pd.DataFrame(columns=["counter", "op", "calls"]),
+        selected_events=int(selected),
     )
     if strict and (len(result.unsupported) or len(result.aborts)):
         first = result.unsupported.iloc[0] if len(result.unsupported) else result.aborts.iloc[0]
