@@ -63,21 +63,22 @@ def build_op_facts(con, expressions, where: str = "true", uses_where: str = "tru
     position = pc.fill_null(uses.column("position"), -1).to_numpy().astype(np.int64)
     has_item = _bool(pc.is_valid(uses.column("item")))
     byte_values = tensors.column("bytes").to_numpy().astype(np.float64)
-    is_out = _bool(pc.equal(role, "out"))
+    role_masks = {name: valid & _bool(pc.equal(role, name)) for name in ("arg", "out", "kwarg")}
+    is_out = role_masks["out"]
 
     def per_event_sum(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
         return np.bincount(use_event[mask], weights=values[use_tensor[mask]], minlength=n)
 
     result = {name: events.column(name) for name in events.column_names}
     result["tensor_bytes"] = pa.array(per_event_sum(valid, byte_values).astype(np.int64))
-    result["out_bytes"] = pa.array(per_event_sum(valid & is_out, byte_values).astype(np.int64))
+    result["out_bytes"] = pa.array(per_event_sum(is_out, byte_values).astype(np.int64))
     for (kind, key, items), facts in sorted(slots(columns).items()):
         if kind == "k":
             prefix = f"k_{key}_"
-            mask = valid & _bool(pc.equal(role, "kwarg")) & _bool(pc.equal(uses.column("name"), key))
+            mask = role_masks["kwarg"] & _bool(pc.equal(uses.column("name"), key))
         else:
             prefix = f"{kind}{key}_{'items_' if items else ''}"
-            mask = valid & _bool(pc.equal(role, "arg" if kind == "a" else "out")) & (position == int(key))
+            mask = role_masks["arg" if kind == "a" else "out"] & (position == int(key))
             mask &= has_item if items else ~has_item
         if items:
             count = np.bincount(use_event[mask], minlength=n)
