@@ -72,7 +72,7 @@ def count(
     ignore_modules=None,
     compat: str | None = None,
     strict: bool = False,
-    chunk_events: int = 2_000_000,
+    chunk_events: int = 500_000,
 ) -> CounterResult:
     """Run `counters` (names; all five by default) over the selected events of `trace`,
     streamed in chunks of `chunk_events` events (memory stays bounded)."""

@@ -125,7 +125,7 @@ def count_events(
     ignore_modules: list[str] = (),
     compat: str | None = None,
     strict: bool = False,
-    chunk_events: int = 2_000_000,
+    chunk_events: int = 500_000,
 ) -> CounterResult:
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
