@@ -9,7 +9,6 @@ unsupported ops, in compat="spikingjelly" mode and, for these models, by default
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 from torch.overrides import resolve_name
 
@@ -19,7 +18,7 @@ from capture import Recorder
 from spikingjelly.activation_based.op_counter import (
     ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
 )
-from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
+from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 NAMES = ["flop", "memory_access", "mac", "ac", "synop"]
 
@@ -35,22 +34,7 @@ def run_both(tmp_path, case, optimizer_name, ignore=None):
     counters = sj_counters(ignore)
     mode = DispatchCounterMode(counters, strict=False)
     with mode, Recorder(tmp_path / "trace", model=model, optimizer=optimizer) as recorder:
-        for _ in range(2 if optimizer else 1):
-            with recorder.stage("forward"):
-                if optimizer:
-                    out = model(x)
-                else:
-                    with torch.no_grad():
-                        out = model(x)
-            if optimizer:
-                loss = case.loss_fn(out, case.target(out))
-                with recorder.stage("backward"):
-                    loss.backward()
-                with recorder.stage("optimizer"):
-                    optimizer.step()
-                    optimizer.zero_grad()
-            reset(model)
-            recorder.step()
+        run_steps(recorder, model, x, case, optimizer)
     expected = {
         name: {scope: {resolve_name(op): int(v) for op, v in ops.items()} for scope, ops in c.get_counts().items()}
         for name, c in zip(NAMES, counters)

@@ -25,7 +25,7 @@ from capture.conv_taps import spikingjelly_conv_value
 from spikingjelly.activation_based.neuron import BaseNode
 from spikingjelly.activation_based.op_counter.ac import ACCounter
 from spikingjelly.activation_based.op_counter.base import is_binary_tensor
-from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
+from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 AC_RULES = ACCounter().rules
 SYNAPTIC = {"aten.convolution.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.baddbmm.default"}
@@ -123,26 +123,12 @@ def run_case(tmp_path, case, optimizer_name, **settings):
                                   for g in opt.param_groups for p in g["params"])
         hooks.append(optimizer.register_step_pre_hook(optimizer_hook))
     with reference, recorder:  # ours innermost: its own statistics must not reach `reference`
-        for _ in range(2 if optimizer else 1):
-            with recorder.stage("forward"):
-                out = model(x) if optimizer else _no_grad(model, x)
-            if optimizer:
-                loss = case.loss_fn(out, case.target(out))
-                with recorder.stage("backward"):
-                    loss.backward()
-                with recorder.stage("optimizer_update"):
-                    optimizer.step()
-                    optimizer.zero_grad()
-            reset(model)
-            recorder.step()
+        # "optimizer_update": the phase is inferred from the name ("update"), checked below
+        run_steps(recorder, model, x, case, optimizer, optimizer_stage="optimizer_update")
     for hook in hooks:
         hook.remove()
     return reference, memories, optimizer_rows
 
-
-def _no_grad(model, x):
-    with torch.no_grad():
-        return model(x)
 
 
 TENSOR_COLUMNS = ["shape", "stride", "storage_offset", "dtype", "element_size", "device", "requires_grad",

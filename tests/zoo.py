@@ -195,3 +195,25 @@ def build(case: Case, seed: int = 0):
 
 def reset(model: nn.Module) -> None:
     functional.reset_net(model)
+
+
+def run_steps(recorder, model, x, case: Case, optimizer=None, optimizer_stage: str = "optimizer") -> None:
+    """The recorded scenario the differential tests share: one forward-only step under
+    no_grad, or, with an optimizer, two full training steps (the second starts from the
+    first one's optimizer state), each labelled with stages and closed by recorder.step()."""
+    for _ in range(2 if optimizer else 1):
+        with recorder.stage("forward"):
+            if optimizer:
+                out = model(x)
+            else:
+                with torch.no_grad():
+                    out = model(x)
+        if optimizer:
+            loss = case.loss_fn(out, case.target(out))
+            with recorder.stage("backward"):
+                loss.backward()
+            with recorder.stage(optimizer_stage):
+                optimizer.step()
+                optimizer.zero_grad()
+        reset(model)
+        recorder.step()
