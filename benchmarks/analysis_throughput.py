@@ -13,7 +13,7 @@
 3. analyze.counters.count(trace, [name]) for each counter, and count(trace) with all five: the
    median of `--repeats` after one warm-up, each on a fresh open_trace (opening timed apart).
    The big trace is measured in one child process per row, which reports its peak RSS (VmHWM).
-   A profile splits count(trace) by statement and shows op_facts' heaviest DuckDB operators.
+   A profile splits count(trace) by statement and shows the slowest one's heaviest DuckDB operators.
 4. For comparison, SpikingJelly 2.0.0's online DispatchCounterMode with its five counters over
    the same steps, interleaved with plain runs: extra ms per dispatched op, extrapolated to 1M.
 
@@ -144,8 +144,12 @@ def build(source_path: Path, path: Path, min_events: int, part_events: int) -> i
     return writer.counts["events"]
 
 
-def measure(path: Path, counters, repeats: int) -> dict:
-    """Median seconds of open_trace and of count(), each repeat on a fresh trace, after a warm-up."""
+def measure(path: Path, counters, repeats: int, child: bool = False) -> dict:
+    """Median seconds of open_trace and of count(), each repeat on a fresh trace after a warm-up,
+    and the peak RSS; `child` runs it all in a new process (this script with --child)."""
+    if child:
+        command = [sys.executable, __file__, "--child", str(path), "--child-counters", ",".join(counters or ["all"]), "--repeats", str(repeats)]
+        return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
     opens, counts = [], []
     for _ in range(repeats + 1):
         start = time.perf_counter()
@@ -159,62 +163,59 @@ def measure(path: Path, counters, repeats: int) -> dict:
             "range": (min(counts[1:]), max(counts[1:])), "hwm_mb": hwm_kb / 1024}
 
 
-def measure_child(path: Path, counters, repeats: int) -> dict:
-    command = [sys.executable, __file__, "--child", str(path), "--child-counters", ",".join(counters or ["all"]),
-               "--repeats", str(repeats)]
-    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+class ProfiledConnection:
+    """Stands in for trace.con inside count(): seconds per kind of statement (execute, then fetch)
+    and DuckDB's operator profile of the slowest statement. Knows nothing of count()'s SQL but
+    the names of its temp tables and two markers of its per-counter queries."""
 
-
-class TimedConnection:
-    """Stands in for trace.con: seconds per kind of statement count() runs (execute + fetch)."""
-
-    KINDS = {"TEMP TABLE counter_values": "op_facts + rule CASEs -> counter_values",
-             "UNNEST(s.parents)": "scope attribution + GROUP BY (per counter)", "IS NULL GROUP BY op": "unsupported ops (per counter)"}
-
-    def __init__(self, con) -> None:
-        self.con, self.kind, self.seconds = con, "", {}
-
-    def _timed(self, call, kind=None):
-        start, result = time.perf_counter(), call()
-        self.kind = kind or self.kind
-        self.seconds[self.kind] = self.seconds.get(self.kind, 0.0) + time.perf_counter() - start
-        return result
+    def __init__(self, con, output: Path) -> None:
+        self.con, self.output, self.kind, self.seconds, self.slowest = con, output, "", {}, (0.0, "", [])
+        con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{output}'")
 
     def execute(self, query, params=None):
-        self._timed(lambda: self.con.execute(query, params), next((v for k, v in self.KINDS.items() if k in query), "macros"))
+        table = re.search(r"CREATE (?:OR REPLACE )?TEMP TABLE (\w+)", query)
+        self.kind = (f"temp table {table.group(1)}" if table else "scope attribution (per counter)" if "UNNEST(s.parents)" in query
+                     else "unsupported ops (per counter)" if "IS NULL GROUP BY op" in query else "other")
+        start = time.perf_counter()
+        self.con.execute(query, params)
+        elapsed = time.perf_counter() - start
+        self.seconds[self.kind] = self.seconds.get(self.kind, 0.0) + elapsed
+        if elapsed > self.slowest[0] and self.output.exists():
+            self.slowest = (elapsed, self.kind, json.loads(self.output.read_text())["operator"])
         return self
 
     def df(self):
-        return self._timed(self.con.df)
+        start, frame = time.perf_counter(), self.con.df()
+        self.seconds[self.kind] += time.perf_counter() - start
+        return frame
+
+    def __getattr__(self, name):  # register, sql, close...: untimed
+        return getattr(self.con, name)
 
 
 def profile(path: Path) -> None:
-    """Where count(trace) with all five spends its time: per statement, then op_facts' heaviest operators."""
-    from analyze.counters.engine import case_expression, rules_of
-    from analyze.counters.facts import op_facts_sql
-
+    """Where count(trace) with all five spends its time: per statement, and the slowest one's heaviest operators."""
     output = Path(tempfile.mkdtemp()) / "profile.json"
     with open_trace(path) as trace:
         count(trace)  # warm-up
-        con, trace.con = trace.con, TimedConnection(trace.con)
+        con, trace.con = trace.con, ProfiledConnection(trace.con, output)
         start = time.perf_counter()
         count(trace)
-        total, seconds, trace.con = time.perf_counter() - start, trace.con.seconds, con
-        con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{output}'")
-        start = time.perf_counter()
-        con.execute("CREATE TEMP TABLE facts_only AS " + op_facts_sql([case_expression(rules_of(m, None)) for m in COUNTERS.values()]))
-        facts = time.perf_counter() - start
-        con.execute("PRAGMA disable_profiling")
-    operators, nodes = [], json.loads(output.read_text())["operator"]
+        total, profiled, trace.con = time.perf_counter() - start, trace.con, con
+    shutil.rmtree(output.parent)
+    operators, nodes = {}, list(profiled.slowest[2])  # operator name -> [CPU s, how many]
     while nodes:
         node = nodes.pop()
-        info = node.get("extra_info", {})
-        operators.append((node["timing"], f"{node['name']} {info.get('Table') or info.get('Join Type') or ''}".strip(), node["intermediate_rows"]))
+        entry = operators.setdefault(node["name"], [0.0, 0])
+        entry[0], entry[1] = entry[0] + node["timing"], entry[1] + 1
         nodes += node.get("children", [])
-    shutil.rmtree(output.parent)
-    print(f"\nprofile of count(trace) with all five, {total:.2f} s: " + "; ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
-    print(f"op_facts alone, materialized: {facts:.2f} s; its heaviest operators (EXPLAIN ANALYZE): "
-          + "; ".join(f"{name} {t:.2f} s ({rows:,} rows out)" for t, name, rows in sorted(operators, reverse=True)[:4]))
+    rest = total - sum(profiled.seconds.values())
+    print(f"\nprofile of count(trace) with all five (profiling on), {total:.2f} s: "
+          + "; ".join(f"{kind} {seconds:.2f} s" for kind, seconds in profiled.seconds.items())
+          + f"; outside con.execute (Python side, con.sql/register) {rest:.2f} s")
+    print(f"the slowest statement ({profiled.slowest[1]}, {profiled.slowest[0]:.2f} s) by operator (EXPLAIN ANALYZE, CPU s "
+          f"summed over threads, {sum(t for t, _ in operators.values()):.2f} s in all): "
+          + "; ".join(f"{name} x{n} {t:.2f} s" for name, (t, n) in sorted(operators.items(), key=lambda i: -i[1][0])[:5]))
 
 
 def report(label: str, events: int, results: dict, memory: bool) -> None:
@@ -258,7 +259,7 @@ def main() -> None:
                 if count(trace).totals() != {k: v * (total // events) for k, v in count(source).totals().items()}:
                     problems.append(f"count() totals are not {total // events} x those of the captured steps")
             print("open_trace warnings, validate(), totals = tiles x captured: " + ("; ".join(problems) if problems else "all fine"))
-        results = {name: (measure_child if child else measure)(path, counters, args.repeats) for name, counters in PLAN.items()}
+        results = {name: measure(path, counters, args.repeats, child) for name, counters in PLAN.items()}
         report(label, total, results, child)
         seconds = results["all five"]["count"]  # both targets are 1 s per 1M events
         outcomes.append((f"all five over {total:,} events < {total / 1e6:.2f} s", f"{seconds:.2f} s", seconds < total / 1e6))
