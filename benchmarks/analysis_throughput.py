@@ -244,7 +244,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="spiketrace-analysis-"))
     events, plain, online = capture(args.workload, args.steps, scratch / "source", args.repeats)
     print(f"captured {args.steps} steps of {args.workload}: {events:,} events; parts of {args.part_events:,} events; "
-          f"{args.repeats} repeats after a warm-up")
+          f"{args.repeats} repeat(s) after a warm-up")
     outcomes = []
     for label, wanted, child in (("small trace", args.events, False), ("big trace", args.big_events, True)):
         if not wanted:
