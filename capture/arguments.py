@@ -87,16 +87,3 @@ def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
     else:
         out_json = _dumps(_encode(out, collector, "out", 0, None, None))
     return _dumps(encoded_args), kwargs_json, out_json, collector.tensors
-
-
-def decode_value(value):
-    """Inverse of the tagging above for plain JSON values (tensor placeholders are kept)."""
-    if isinstance(value, list):
-        return [decode_value(v) for v in value]
-    if isinstance(value, dict):
-        if "$float" in value:
-            return float(value["$float"])
-        if "$complex" in value:
-            return complex(*value["$complex"])
-        return value
-    return value

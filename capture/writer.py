@@ -142,9 +142,6 @@ class TraceWriter:
         self.closed = False
         self.write_manifest()
 
-    def buffered_rows(self) -> int:
-        return sum(len(buffer) for buffer in self.tables.values())
-
     def buffered_bytes_estimate(self) -> int:
         # Python lists hold pointers (8 B) to mostly shared small objects; a list-typed cell
         # (a shape tuple) costs about 80 B more.

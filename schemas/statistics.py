@@ -73,7 +73,3 @@ OP_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
 SYNAPTIC_INPUTS: dict[str, tuple[int, ...]] = {
     op: tuple(operand.position for operand in operands) for op, (operands, _) in OP_STATISTICS.items()
 }
-
-def statistics_for(op: str) -> tuple[str, ...]:
-    entry = OP_STATISTICS.get(op)
-    return entry[1] if entry else ()

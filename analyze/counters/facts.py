@@ -15,7 +15,6 @@ import re
 
 from schemas.statistics import STATISTICS
 
-FACTS = ("numel", "bytes", "shape", "is01", "nnz", "present")
 _SLOT = re.compile(r"\b(a|o)(\d+)_(items_)?(numel|bytes|shape|is01|nnz|present)\b")
 _KWARG = re.compile(r"\bk_([a-z_]+?)_(numel|bytes|shape|is01|nnz|present)\b")
 _STAT = re.compile(r"\bstat_([a-z_0-9]+)\b")
