@@ -145,6 +145,8 @@ def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
             "unsupported": result.unsupported_of(name),
             "coverage": fractions[name],
         }
+        for family in sorted(set(result.details.loc[result.details["counter"] == name, "family"])):
+            document[name][family] = result.details_of(name, family)
     return {
         "counters": document,
         "trace": {

@@ -19,12 +19,15 @@ import pandas as pd
 from analyze.counters import ac, flop, mac, memory_access, synop
 from analyze.counters.engine import COMPAT_MODES, CounterResult, StrictModeError, count_events
 from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
+from analyze.counters.neuron_state import neuron_state
 from analyze.counters.sql import MACROS
 
 COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
 # Module-level counters: their "op" column holds the metric (e.g. weight_read_bytes).
 MODULE_COUNTERS = {"neuromorphic_memory_access": neuromorphic_memory_access}
-ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS)
+# Counters replayed as a state machine over the op stream (see neuron_state.py).
+STATEFUL_COUNTERS = {"neuron_state": neuron_state}
+ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS, *STATEFUL_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
 __all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts"]
@@ -97,6 +100,16 @@ def count(
     module_names = [n for n in names if n in MODULE_COUNTERS]
     if module_names and (module is not None or ops is not None or by):
         raise ValueError(f"{module_names}: module-level counters take stage/phase/step/rank filters only")
+    for name in (n for n in names if n in STATEFUL_COUNTERS):
+        for macro in MACROS:
+            trace.con.execute(macro)
+        frame, details = STATEFUL_COUNTERS[name](
+            trace.con, where=_where(stage, phase, step, rank, module, ops), group_by=tuple(by),
+            ignore_modules=ignored, compat=compat,
+        )
+        frame = frame.assign(counter=name)[["counter", "scope", "op", *by, "value"]]
+        result.frame = pd.concat([f for f in (result.frame, frame) if len(f)] or [frame], ignore_index=True)
+        result.details = pd.concat([result.details, details.assign(counter=name)], ignore_index=True)
     for name in module_names:
         for macro in MACROS:
             trace.con.execute(macro)

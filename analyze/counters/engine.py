@@ -34,6 +34,10 @@ class CounterResult:
     unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
     aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
     selected_events: int = 0  # events of the selection no ignored module touches
+    # extra views of some counters: counter, family, scope, metric, value (neuron_state's
+    # "metrics" and "projection", SpikingJelly's get_metric_counts / get_projection_counts)
+    details: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"counter": [], "family": [], "scope": [], "metric": [], "value": pd.Series([], dtype="int64")}))
 
     def coverage(self, counter: str) -> float:
         """Fraction of the selected events some rule of `counter` covers (1.0 when none)."""
@@ -54,6 +58,14 @@ class CounterResult:
         result: dict[str, dict[str, int]] = {}
         for (scope, op), value in summed.items():
             result.setdefault(scope, {})[op] = int(value)
+        return result
+
+    def details_of(self, counter: str, family: str) -> dict[str, dict[str, int]]:
+        """{scope: {metric: value}} of one extra view, e.g. ("neuron_state", "metrics")."""
+        rows = self.details[(self.details["counter"] == counter) & (self.details["family"] == family)]
+        result: dict[str, dict[str, int]] = {}
+        for scope, metric, value in zip(rows["scope"], rows["metric"], rows["value"]):
+            result.setdefault(scope, {})[metric] = int(value)
         return result
 
     def unsupported_of(self, counter: str) -> dict[str, int]:
