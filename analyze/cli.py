@@ -23,9 +23,10 @@ from analyze import counts_view
 from analyze.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 from analyze.counters import count
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceError, open_trace
+from analyze.energy.presets import PresetError
 from schemas.version import SchemaVersionError
 
-REPORTED_ERRORS = (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError)
+REPORTED_ERRORS = (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError)
 
 
 class DemoUnavailable(RuntimeError):
@@ -272,3 +273,8 @@ def demo(out: str, output_format: str) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+from analyze import cli_energy  # noqa: E402  (its commands attach to main)
+
+cli_energy.register(main)

@@ -32,8 +32,11 @@ ANALYSE = BLOCK_TORCH + textwrap.dedent(
     with open_trace({trace!r}) as trace:
         problems = trace.validate()
         ops = trace.sql("SELECT op, count(*) AS n FROM events GROUP BY op").set_index("op")["n"].to_dict()
-        flop = count(trace, ["flop", "neuromorphic_memory_access"]).spikingjelly("flop")
-    print(json.dumps({{"problems": problems, "ops": ops, "flop": flop, "torch": "torch" in sys.modules}}))
+        flop = count(trace, ["flop", "neuromorphic_memory_access", "neuron_state"]).spikingjelly("flop")
+        from analyze.energy import MODELS, energy
+        energies = {{model: energy(trace, model).to_json() for model in MODELS}}
+    print(json.dumps({{"problems": problems, "ops": ops, "flop": flop, "torch": "torch" in sys.modules,
+                      "energy_models": sorted(energies)}}))
     try:
         main(["info", {trace!r}, "--format", "json"], standalone_mode=False)
     finally:
@@ -52,6 +55,7 @@ def test_real_trace_is_analysed_without_torch(tmp_path):
     first, _, info = result.stdout.partition("\n")
     report = json.loads(first)
     assert report["problems"] == [] and report["torch"] is False
+    assert "compute" in report["energy_models"]
     assert report["ops"]["aten.addmm.default"] == 2  # fc1 and fc2 forward
     # fc1 = Linear(64, 32) on [T*N=32, 64]: 2*m*n*k + m*n (bias, beta=1)
     assert report["flop"]["SpikingMLP.fc1"]["aten.addmm.default"] == 2 * 32 * 32 * 64 + 32 * 32

@@ -7,6 +7,8 @@ transposition, multi-step neurons, binary bmm) is what the cases exist to cover.
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -200,7 +202,10 @@ def reset(model: nn.Module) -> None:
 def run_steps(recorder, model, x, case: Case, optimizer=None, optimizer_stage: str = "optimizer") -> None:
     """The recorded scenario the differential tests share: one forward-only step under
     no_grad, or, with an optimizer, two full training steps (the second starts from the
-    first one's optimizer state), each labelled with stages and closed by recorder.step()."""
+    first one's optimizer state), each labelled with stages and closed by recorder.step().
+    recorder=None runs the same scenario unrecorded (for reference runs)."""
+    if recorder is None:
+        recorder = _Unrecorded()
     for _ in range(2 if optimizer else 1):
         with recorder.stage("forward"):
             if optimizer:
@@ -217,3 +222,13 @@ def run_steps(recorder, model, x, case: Case, optimizer=None, optimizer_stage: s
                 optimizer.zero_grad()
         reset(model)
         recorder.step()
+
+
+class _Unrecorded:
+    """Recorder's stage()/step() surface, doing nothing."""
+
+    def stage(self, name, **options):
+        return contextlib.nullcontext()
+
+    def step(self) -> None:
+        pass

@@ -1,0 +1,100 @@
+"""Energy models over a trace: activity (preset-independent) x preset -> pJ.
+
+    from analyze import open_trace
+    from analyze.energy import energy, recost
+    with open_trace("runs/step") as trace:
+        report = energy(trace, model="compute", preset="compute-int8-45nm")
+        report.energy_total_pj, report.to_frame()
+        sweep = recost(trace, "compute", sweep={"e_mac_pj": [0.5, 1.0, 4.6]})
+
+Each model is a module with MODEL, PRESET_UNITS, Costs.from_values, activity(trace, ...) and
+cost(activity, costs); see analyze/energy/compute.py for the smallest one. `recost` maps
+the trace once and costs it under every preset, so N presets cost N cheap costings.
+"""
+
+from __future__ import annotations
+
+import itertools
+from importlib import import_module
+from importlib.util import find_spec
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from analyze.energy.presets import Preset, PresetError, list_presets, load_preset
+
+# model -> module; a model whose module is absent is not offered.
+_CANDIDATES = {
+    "compute": "analyze.energy.compute",
+    "neuromc": "analyze.energy.neuromc",
+    "lemaire": "analyze.energy.lemaire",
+    "spikesim": "analyze.energy.spikesim",
+}
+MODELS = {name: path for name, path in _CANDIDATES.items() if find_spec(path) is not None}
+DEFAULT_PRESETS = {
+    "compute": "compute-fp32-45nm",
+    "neuromc": "neuromc-like-v1",
+    "lemaire": "lemaire-spikingjelly",
+    "spikesim": "spikesim-rram-64",
+}
+
+__all__ = ["MODELS", "Preset", "PresetError", "energy", "list_presets", "load_preset", "recost", "sweep_presets"]
+
+
+def _model(model: str):
+    if model not in MODELS:
+        raise ValueError(f"unknown energy model {model!r}; choose from {sorted(MODELS)}")
+    return import_module(MODELS[model])
+
+
+def _preset_for(model: str, preset, overrides=()) -> Preset:
+    loaded = load_preset(DEFAULT_PRESETS[model] if preset is None else preset, overrides)
+    if loaded.model != model:
+        raise PresetError(f"preset {loaded.name!r} is for the {loaded.model} model, not {model}")
+    return loaded
+
+
+def energy(trace, model: str = "neuromc", preset=None, *, overrides=(), stage=None, compat=None,
+           ignore_modules=(), strict: bool = False, **options):
+    """The model's report (SpikingJelly's field names) for `trace` under one preset
+    (a shipped name, a TOML path or a Preset; the model's default when None)."""
+    module = _model(model)
+    chosen = _preset_for(model, preset, overrides)
+    activity = module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat,
+                               strict=strict, **options)
+    return module.cost(activity, chosen.costs(), compat=compat, strict=strict)
+
+
+def sweep_presets(base: Preset, sweep: Mapping[str, Iterable[Any]]) -> list[Preset]:
+    """The cartesian product of `sweep` (dotted key -> values) over `base`."""
+    keys = list(sweep)
+    presets = []
+    for values in itertools.product(*(list(sweep[k]) for k in keys)):
+        derived = base.derive(dict(zip(keys, values)))
+        label = ",".join(f"{k}={v}" for k, v in zip(keys, values))
+        presets.append(Preset(f"{base.name}[{label}]", derived.model, derived.description, derived.source,
+                              derived.parameters, derived.units, derived.path, derived.overrides))
+    return presets
+
+
+def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]] | None = None, base=None,
+           stage=None, compat=None, ignore_modules=(), strict: bool = False, progress=None, **options) -> pd.DataFrame:
+    """One row per (preset, breakdown entry): the model's to_frame() under each preset, plus a
+    `preset` column and one column per swept key. The trace is mapped once."""
+    module = _model(model)
+    chosen = [_preset_for(model, p) for p in (presets or [])]
+    if sweep:
+        chosen += sweep_presets(_preset_for(model, base), sweep)
+    if not chosen:
+        chosen = [_preset_for(model, None)]
+    activity = module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat,
+                               strict=strict, **options)
+    frames = []
+    iterator = progress(chosen) if progress else chosen
+    for preset in iterator:
+        frame = module.cost(activity, preset.costs(), compat=compat, strict=strict).to_frame()
+        frame.insert(0, "preset", preset.name)
+        for key in (sweep or {}):
+            frame[key] = preset.flat().get(key)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

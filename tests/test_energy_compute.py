@@ -1,0 +1,142 @@
+"""The compute model equals SpikingJelly 2.0.0's SimpleEnergyProfiler on the same run.
+
+SimpleEnergyProfiler's memory counter probes conv fan-out from a module hook, and those
+probe ops reach any dispatch mode on the stack, a recorder included. So each test runs the
+same seeded model twice in the test — once under SpikingJelly's profiler, once under our
+Recorder — and compares; on CPU both runs are bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analyze import open_trace
+from analyze.counters import count
+from analyze.energy import energy, load_preset, recost
+from analyze.energy.compute import Costs
+from capture import Recorder
+from spikingjelly.activation_based.op_counter import (
+    SimpleEnergyConfig, SimpleEnergyCostConfig, SimpleEnergyProfiler,
+)
+from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
+
+PRESETS = {"compute-fp32-45nm": SimpleEnergyCostConfig.fp32(), "compute-fp16-45nm": SimpleEnergyCostConfig.fp16(),
+           "compute-int8-45nm": SimpleEnergyCostConfig.int8()}
+
+
+def spikingjelly_report(case, optimizer_name, cost_config):
+    model, x = build(case)
+    optimizer = OPTIMIZERS[optimizer_name](model.parameters()) if optimizer_name else None
+    profiler = SimpleEnergyProfiler(config=SimpleEnergyConfig(cost_config=cost_config))
+    profiler.bind_model(model)
+    with profiler:
+        run_steps(None, model, x, case, optimizer)
+    return profiler.get_report()
+
+
+def record(tmp_path, case, optimizer_name):
+    model, x = build(case)
+    optimizer = OPTIMIZERS[optimizer_name](model.parameters()) if optimizer_name else None
+    with Recorder(tmp_path / "trace", model=model, optimizer=optimizer) as recorder:
+        run_steps(recorder, model, x, case, optimizer)
+    return tmp_path / "trace"
+
+
+def assert_close(got: float, expected: float) -> None:
+    assert math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12), (got, expected)
+
+
+@pytest.mark.parametrize("optimizer_name", [None, "sgd_momentum"], ids=["forward", "sgd"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_compute_energy_equals_spikingjelly_in_compat_mode(tmp_path, case, optimizer_name):
+    expected = spikingjelly_report(case, optimizer_name, SimpleEnergyCostConfig.fp32())
+    with open_trace(record(tmp_path, case, optimizer_name)) as trace:
+        got = energy(trace, "compute", "compute-fp32-45nm", compat="spikingjelly")
+        default = energy(trace, "compute", "compute-fp32-45nm")
+        ac_alone = count(trace, ["ac"]).totals()["ac"]
+    assert got.counts == expected.counts
+    for field in ("energy_total_pj", "energy_compute_pj", "energy_mac_pj", "energy_ac_pj", "energy_memory_pj"):
+        assert_close(getattr(got, field), getattr(expected, field))
+    assert got.breakdown_pj.keys() == expected.breakdown_pj.keys()
+    for key, value in expected.breakdown_pj.items():
+        assert_close(got.breakdown_pj[key], value)
+    # by default AC is the AC counter's alone: no profiler probe leaks into it
+    assert default.counts["ac"] == ac_alone
+    assert default.counts | {"ac": got.counts["ac"]} == got.counts
+
+
+def test_conv_probe_leak_hand_derived(tmp_path):
+    """Sequential(Conv2d(2, 3, 3, padding=1), IF) on x(2, 2, 5, 5) spikes: the profiler's
+    probe sums an occupancy map of N * groups * OH * OW = 2 * 1 * 5 * 5 = 50 elements, which
+    its ACCounter counts as 49 additions (the spec's 1312 vs 1263)."""
+    import torch
+    from torch import nn
+    from spikingjelly.activation_based import neuron
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), neuron.IFNode())
+    x = (torch.rand(2, 2, 5, 5) > 0.5).float()
+    with Recorder(tmp_path / "trace", model=model):
+        model(x)
+    with open_trace(tmp_path / "trace") as trace:
+        compat = energy(trace, "compute", compat="spikingjelly")
+        default = energy(trace, "compute")
+    assert compat.counts["ac"] - default.counts["ac"] == 49
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_shipped_presets_are_spikingjelly_configs(preset):
+    expected = PRESETS[preset]
+    assert load_preset(preset).costs() == Costs(expected.e_mac_pj, expected.e_ac_pj, expected.e_memory_pj_per_byte)
+
+
+def test_recost_equals_one_energy_call_per_preset(tmp_path):
+    case = CASES[1]
+    expected = {name: spikingjelly_report(case, None, config) for name, config in PRESETS.items()}
+    with open_trace(record(tmp_path, case, None)) as trace:
+        frame = recost(trace, "compute", list(PRESETS), compat="spikingjelly")
+        swept = recost(trace, "compute", sweep={"e_mac_pj": [1.0, 2.0], "e_ac_pj": [0.1, 0.2, 0.3]})
+        single = energy(trace, "compute")
+    totals = frame[frame["key"] == "energy_total_pj"].set_index("preset")["pj"]
+    for name, report in expected.items():
+        assert_close(totals[name], report.energy_total_pj)
+    sweep_totals = swept[swept["key"] == "energy_total_pj"]
+    assert len(sweep_totals) == 6
+    n = single.counts
+    memory_pj = single.energy_memory_pj
+    for row in sweep_totals.itertuples():
+        assert_close(row.pj, n["mac"] * row.e_mac_pj + n["ac"] * row.e_ac_pj + memory_pj)
+
+
+def test_energy_and_recost_cli(tmp_path):
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from analyze.cli import main
+
+    path = record(tmp_path, CASES[0], "sgd_momentum")
+    runner = CliRunner()
+    shown = runner.invoke(main, ["energy", str(path), "--model", "compute", "--preset", "compute-int8-45nm",
+                                 "--set", "e_ac_pj=0.05", "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    document = json.loads(shown.output)
+    with open_trace(path) as trace:
+        report = energy(trace, "compute", "compute-int8-45nm", overrides=["e_ac_pj=0.05"])
+    assert document["counts"] == report.counts
+    assert_close(document["energy_total_pj"], report.energy_total_pj)
+    assert set(document["energy_by_stage"]) == {"forward", "backward", "optimizer"}
+    table = runner.invoke(main, ["energy", str(path), "--by", "stage"])
+    assert table.exit_code == 0 and "forward" in table.output and "share" in table.output
+    out = tmp_path / "sweep.parquet"
+    swept = runner.invoke(main, ["recost", str(path), "--model", "compute", "--preset", "compute-fp16-45nm",
+                                 "--sweep", "e_mac_pj=1:3:3", "--out", str(out)])
+    assert swept.exit_code == 0, swept.output
+    frame = pd.read_parquet(out)
+    assert frame["preset"].nunique() == 4
+    assert sorted(frame["e_mac_pj"].unique()) == [1.0, 1.5, 2.0, 3.0]  # fp16 has 1.5
+    bad = runner.invoke(main, ["energy", str(path), "--set", "e_mac_pj=-2"])
+    assert bad.exit_code == 2 and bad.output.startswith("error: ") and "e_mac_pj" in bad.output
