@@ -50,7 +50,7 @@ class SpiketraceGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (*REPORTED_ERRORS, DemoUnavailable) as exc:
+        except (*REPORTED_ERRORS, DemoUnavailable, ShellUnavailable) as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
             click.echo(f"error: {one_line(exc)}", err=True)
@@ -134,12 +134,57 @@ def info(trace_path: str, output_format: str) -> None:
         print_info(trace, output_format)
 
 
+class ShellUnavailable(RuntimeError):
+    """`spiketrace sql TRACE` without a query needs the duckdb command-line shell."""
+
+
+def _shell(trace_path: str) -> None:
+    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL)."""
+    import os
+    import shutil
+    import tempfile
+
+    binary = shutil.which("duckdb")
+    if binary is None:
+        raise ShellUnavailable(
+            "no `duckdb` shell on PATH: install the DuckDB CLI (https://duckdb.org/docs/installation, "
+            "e.g. `curl https://install.duckdb.org | sh`), or pass a QUERY"
+        )
+    with open_trace(trace_path) as trace:
+        schemas = trace.con.execute(
+            "SELECT DISTINCT schema_name FROM duckdb_tables() WHERE NOT internal AND schema_name <> 'main'").fetchall()
+        tables = [(f"CREATE SCHEMA IF NOT EXISTS {name}",) for (name,) in schemas]
+        tables += trace.con.execute("SELECT sql FROM duckdb_tables() WHERE NOT internal").fetchall()
+        views = trace.con.execute(
+            "SELECT sql FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' ORDER BY view_oid").fetchall()
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="spiketrace-", delete=False) as script:
+        for (statement,) in tables + views:
+            script.write(statement.rstrip().rstrip(";") + ";\n")
+        script.write(".print 'spiketrace: views of the trace are defined; try  SELECT * FROM module_ops LIMIT 10;'\n")
+    os.execv(binary, [binary, "-init", script.name])
+
+
+@main.command()
+def views() -> None:
+    """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
+    from analyze.views import sql_views
+
+    shipped = sql_views()
+    width = max(map(len, shipped))
+    for name, (summary, _) in shipped.items():
+        click.echo(f"{name:<{width}}  {summary}")
+
+
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@click.argument("query")
+@click.argument("query", required=False)
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
-def sql(trace_path: str, query: str, output_format: str) -> None:
-    """Run QUERY (DuckDB SQL over the trace's views) and print the result."""
+def sql(trace_path: str, query: str | None, output_format: str) -> None:
+    """Run QUERY (DuckDB SQL over the trace's views) and print the result; with no QUERY,
+    open the duckdb shell on the views."""
+    if query is None:
+        _shell(trace_path)
+        return
     with open_trace(trace_path) as trace:
         _warn(trace)
         if output_format == "json":

@@ -101,6 +101,22 @@ def table_view_sql(table: str, files: list[Path], exclude: list[str] = ()) -> st
     )
 
 
+SQL_VIEW_DIR = Path(__file__).resolve().parent / "sql_views"
+
+
+def sql_views() -> dict[str, tuple[str, str]]:
+    """Named breakdown views shipped as SQL files: name -> (what it answers, query).
+
+    Each file starts with `-- name: question` and more comment lines explaining the rows."""
+    views = {}
+    for path in sorted(SQL_VIEW_DIR.glob("*.sql")):
+        text = path.read_text()
+        header = [line[2:].strip() for line in text.splitlines() if line.startswith("--")]
+        summary = header[0].split(":", 1)[1].strip() if header and ":" in header[0] else ""
+        views[path.stem] = (summary, text)
+    return views
+
+
 def create_views(con: duckdb.DuckDBPyConnection, root: Path, files: dict[str, list[Path]]) -> None:
     """Create every table view and derived view on `con`; `files` maps table -> its parts."""
     _create_empty_tables(con)
@@ -109,4 +125,6 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, files: dict[str, li
         query = table_view_sql(table, files.get(table, []), exclude)
         con.execute(f"CREATE VIEW {view_name(table)} AS {query}")
     for name, query in DERIVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {query}")
+    for name, (_, query) in sql_views().items():
         con.execute(f"CREATE VIEW {name} AS {query}")
