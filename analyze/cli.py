@@ -320,6 +320,7 @@ if __name__ == "__main__":
     main()
 
 
-from analyze import cli_energy  # noqa: E402  (its commands attach to main)
+from analyze import cli_energy, cli_plots  # noqa: E402  (their commands attach to main)
 
 cli_energy.register(main)
+cli_plots.register(main)

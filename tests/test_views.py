@@ -105,15 +105,19 @@ def test_spike_rates_match_the_live_model(tmp_path):
         assert got.loc[2, "ones"] == int(spikes[2].sum())
 
 
-def test_multi_step_layers_average_over_the_sequence(tmp_path):
+def test_multi_step_layers_have_per_time_step_rates(tmp_path):
+    torch.manual_seed(2)
     model = nn.Sequential(layer.Linear(4, 3), neuron.IFNode(step_mode="m"))
     functional.set_step_mode(model, "m")
     probe = Probe(model)
     with Recorder(tmp_path / "trace", model=model):
         model(torch.rand(5, 2, 4) * 3)
     with open_trace(tmp_path / "trace") as trace:
-        row = trace.sql("SELECT * FROM step_spike_rates").iloc[0]
-    assert pd.isna(row["time_step"]) and row["ones"] == int(probe.outputs["1"][0].sum())
+        rows = trace.sql("SELECT time_step, ones, elements FROM step_spike_rates ORDER BY time_step")
+    spikes = probe.outputs["1"][0]  # [T=5, N=2, 3]
+    assert rows["time_step"].tolist() == [0, 1, 2, 3, 4]
+    assert rows["ones"].tolist() == [int(spikes[t].sum()) for t in range(5)]
+    assert rows["elements"].tolist() == [6] * 5
 
 
 def test_views_command_and_shell(tmp_path, sew_trace, monkeypatch):

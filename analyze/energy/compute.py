@@ -77,6 +77,8 @@ class Report:
     energy_by_stage: dict[str, float]
     energy_by_module: dict[str, float]
     costs: Costs
+    # module scope -> {component: pJ} (mac_pj, ac_pj, parameter_memory_pj, neuron_state_memory_pj)
+    energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
@@ -139,6 +141,11 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     return Activity(counts.groupby(["stage", "scope", "quantity"], as_index=False)["value"].sum(), warnings)
 
 
+COMPONENT_OF = {"mac": "mac_pj", "ac": "ac_pj", "weight_read_bytes": "parameter_memory_pj",
+                "bias_read_bytes": "parameter_memory_pj", "neuron_state_read_bytes": "neuron_state_memory_pj",
+                "neuron_state_write_bytes": "neuron_state_memory_pj"}
+
+
 def _energy_of(counts: pd.DataFrame, costs: Costs) -> pd.Series:
     per_quantity = {
         "mac": costs.e_mac_pj, "ac": costs.e_ac_pj,
@@ -160,6 +167,7 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
     memory_pj = parameter_pj + state_pj
     compute_pj = mac_pj + ac_pj
     frame = activity.counts.assign(pj=_energy_of(activity.counts, costs))
+    frame["component"] = frame["quantity"].map(COMPONENT_OF)
     by_stage = frame[frame["scope"] == "Global"].groupby("stage")["pj"].sum()
     by_module = frame[frame["scope"] != "Global"].groupby("scope")["pj"].sum()
     return Report(
@@ -175,4 +183,8 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
         energy_by_stage={str(k): float(v) for k, v in by_stage.items()},
         energy_by_module={str(k): float(v) for k, v in by_module.items()},
         costs=costs,
+        energy_by_module_component={
+            str(scope): {str(c): float(v) for c, v in group.groupby("component")["pj"].sum().items()}
+            for scope, group in frame[(frame["scope"] != "Global") & frame["component"].notna()].groupby("scope")
+        },
     )

@@ -1,5 +1,5 @@
 -- layer_spike_rates: how often does each layer fire?
--- One row per (rank, module, stage): over the module's forward calls whose first output is
+-- One row per (rank, layer (a leaf module or a stateful neuron), stage): over the module's forward calls whose first output is
 -- binary (all values 0 or 1, from the captured nnz/is01), the ones, the elements and their
 -- ratio. Modules that never emit a binary output are absent.
 SELECT post.rank, coalesce(m.tracker_name, m.path) AS scope, m.path, m.class_name, post.stage,
@@ -10,5 +10,5 @@ SELECT post.rank, coalesce(m.tracker_name, m.path) AS scope, m.path, m.class_nam
 FROM module_events post
 JOIN modules m ON m.rank = post.rank AND m.module_id = post.module_id
 JOIN tensor_states t ON t.rank = post.rank AND t.tensor_id = post.outputs[1]
-WHERE post.kind = 'forward_post' AND t.is01 AND t.numel > 0
+WHERE post.kind = 'forward_post' AND (m.is_leaf OR list_contains(json_keys(m.attributes), '$memories')) AND t.is01 AND t.numel > 0
 GROUP BY ALL

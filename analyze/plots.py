@@ -1,0 +1,216 @@
+"""Figures for papers and design reviews, from a trace, a recost result, or two traces.
+
+Every function returns a matplotlib Figure (Agg backend: no screen needed) with a title,
+axis labels with units and labels that do not overlap; `save(figure, path)` writes .png,
+.svg or a self-contained .html (the SVG inlined, nothing fetched when viewed).
+
+    energy_by_layer(trace)      stacked bars per module: compute and memory components
+    stage_breakdown(trace)      energy per stage (forward / backward / optimizer)
+    spike_rate_heatmap(trace)   layer x time step firing rate
+    roofline(trace)             arithmetic intensity vs FLOPs per module, optional peaks
+    sweep_curves(frame, key)    total energy vs a swept preset key (from recost)
+    sweep_heatmap(frame, x, y)  total energy over two swept keys
+    compare(trace_a, trace_b)   per-module energy of two traces side by side
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analyze.counters import count  # noqa: E402
+from analyze.energy import energy  # noqa: E402
+
+COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_pj": "#C44E52",
+                     "neuron_state_memory_pj": "#8172B2"}
+
+
+def _energy_unit(values) -> tuple[float, str]:
+    top = float(np.nanmax(np.abs(values))) if len(values) else 0.0
+    for unit, scale in (("mJ", 1e9), ("µJ", 1e6), ("nJ", 1e3)):
+        if top >= scale:
+            return scale, unit
+    return 1.0, "pJ"
+
+
+def _short(names: list[str]) -> list[str]:
+    """Layer names without the root module's name they all share (Net.fc1 -> fc1)."""
+    roots = {n.split(".", 1)[0] for n in names}
+    return [n.split(".", 1)[1] if len(roots) == 1 and "." in n else n for n in names]
+
+
+def _layer_ticks(axes, names) -> None:
+    # vertical labels never collide, however long the module paths are
+    axes.set_xticks(range(len(names)), _short(list(names)), rotation=90)
+
+
+def _leaf_modules(report) -> list[str]:
+    scopes = list(report.energy_by_module_component)
+    return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
+
+
+def energy_by_layer(trace, model: str = "compute", preset=None, **options):
+    report = energy(trace, model, preset, **options)
+    layers = _leaf_modules(report)
+    table = pd.DataFrame({layer: report.energy_by_module_component[layer] for layer in layers}).T.fillna(0.0)
+    table = table[[c for c in COMPONENT_COLOURS if c in table.columns]]
+    scale, unit = _energy_unit(table.sum(axis=1).to_numpy())
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(layers) + 3), 5), layout="constrained")
+    bottom = np.zeros(len(table))
+    for component in table.columns:
+        values = table[component].to_numpy() / scale
+        axes.bar(range(len(table)), values, bottom=bottom, label=component.removesuffix("_pj").replace("_", " "),
+                 color=COMPONENT_COLOURS[component])
+        bottom += values
+    _layer_ticks(axes, table.index)
+    axes.set_ylabel(f"energy ({unit})")
+    axes.set_xlabel(f"layer (in {table.index[0].split('.')[0]})" if len(table) else "layer")
+    axes.set_title(f"Energy per layer by component ({model}, {preset or 'default preset'})")
+    axes.legend(loc="upper right", fontsize="small")
+    return figure
+
+
+def stage_breakdown(trace, model: str = "compute", preset=None, **options):
+    report = energy(trace, model, preset, **options)
+    stages = pd.Series(report.energy_by_stage).sort_values(ascending=False)
+    scale, unit = _energy_unit(stages.to_numpy())
+    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    bars = axes.bar(stages.index, stages.to_numpy() / scale, color="#4C72B0")
+    total = stages.sum()
+    axes.bar_label(bars, labels=[f"{100 * v / total:.1f}%" if total else "" for v in stages], padding=2)
+    axes.set_ylabel(f"energy ({unit})")
+    axes.set_xlabel("stage")
+    axes.set_title(f"Energy per stage ({model}, {preset or 'default preset'})")
+    axes.margins(y=0.15)
+    return figure
+
+
+def spike_rate_heatmap(trace):
+    rates = trace.sql("SELECT scope, time_step, sum(ones) / sum(elements) AS rate FROM step_spike_rates GROUP BY ALL")
+    if rates.empty:
+        raise ValueError(f"{trace.path}: no binary module outputs, so no spike rates to plot")
+    if rates["time_step"].notna().any():  # pass-through layers without per-step outputs are left out
+        rates = rates.dropna(subset=["time_step"])
+    else:  # only sequence averages are known: one column
+        rates = rates.assign(time_step=0)
+    grid = rates.pivot(index="scope", columns="time_step", values="rate").sort_index()
+    figure, axes = plt.subplots(figsize=(max(5.0, 0.5 * grid.shape[1] + 4), max(3.0, 0.4 * grid.shape[0] + 1.5)),
+                                layout="constrained")
+    image = axes.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="viridis", vmin=0)
+    axes.set_yticks(range(len(grid)), _short(list(grid.index)))
+    axes.set_xticks(range(grid.shape[1]), [str(int(t)) for t in grid.columns])
+    axes.set_xlabel("time step")
+    axes.set_ylabel("layer")
+    axes.set_title("Spike rate per layer and time step")
+    figure.colorbar(image, ax=axes, label="spike rate (fraction of ones)")
+    return figure
+
+
+def roofline(trace, *, peak_flops: float | None = None, bandwidth: float | None = None):
+    """Per leaf module: FLOPs vs FLOPs per byte (SpikingJelly's flop and memory_access
+    counters). With peak_flops (FLOP/s) and bandwidth (byte/s) the ridge point is drawn:
+    layers left of it are memory-bound on that machine, right of it compute-bound."""
+    result = count(trace, ["flop", "memory_access"])
+    totals = result.frame.groupby(["counter", "scope"])["value"].sum().unstack("counter").fillna(0)
+    scopes = list(totals.index)
+    leaves = [s for s in scopes if s != "Global" and not any(o.startswith(s + ".") for o in scopes)]
+    data = totals.loc[leaves]
+    data = data[(data["flop"] > 0) & (data["memory_access"] > 0)]
+    intensity = data["flop"] / data["memory_access"]
+    figure, axes = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    axes.scatter(intensity, data["flop"], color="#4C72B0")
+    for name, x, y in zip(data.index, intensity, data["flop"]):
+        axes.annotate(name.rsplit(".", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
+    if peak_flops and bandwidth:
+        # the machine balance: left of it a layer is memory-bound, right of it compute-bound
+        ridge = peak_flops / bandwidth
+        axes.axvline(ridge, color="#C44E52", linestyle="--", label=f"ridge point {ridge:g} FLOP/byte")
+        axes.text(ridge, axes.get_ylim()[1], " compute-bound →", ha="left", va="top", fontsize="small", color="#C44E52")
+        axes.text(ridge, axes.get_ylim()[1], "← memory-bound ", ha="right", va="top", fontsize="small", color="#C44E52")
+        axes.legend(loc="lower right", fontsize="small")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (FLOP / byte)")
+    axes.set_ylabel("FLOPs")
+    axes.margins(x=0.2, y=0.2)
+    axes.set_title("Roofline point cloud per layer")
+    return figure
+
+
+def _totals(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["key"].isin(["energy_total_pj", "total_pj"])]
+
+
+def sweep_curves(frame: pd.DataFrame, key: str):
+    totals = _totals(frame).dropna(subset=[key]).sort_values(key)
+    scale, unit = _energy_unit(totals["pj"].to_numpy())
+    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    others = [c for c in frame.columns if c not in ("preset", "breakdown", "key", "pj", "count", key)]
+    groups = totals.groupby(others, dropna=False) if others else [("", totals)]
+    for label, group in groups:
+        name = ", ".join(f"{k}={v}" for k, v in zip(others, np.atleast_1d(label))) if others else None
+        axes.plot(group[key], group["pj"] / scale, marker="o", label=name)
+    if others:
+        axes.legend(fontsize="small")
+    axes.set_xlabel(key)
+    axes.set_ylabel(f"total energy ({unit})")
+    axes.set_title(f"Total energy vs {key}")
+    return figure
+
+
+def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
+    totals = _totals(frame).dropna(subset=[x, y])
+    grid = totals.pivot_table(index=y, columns=x, values="pj", aggfunc="mean").sort_index(ascending=False)
+    scale, unit = _energy_unit(grid.to_numpy().ravel())
+    figure, axes = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    image = axes.imshow(grid.to_numpy() / scale, aspect="auto", cmap="magma")
+    axes.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns], rotation=35, ha="right")
+    axes.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
+    axes.set_xlabel(x)
+    axes.set_ylabel(y)
+    axes.set_title("Total energy over two preset parameters")
+    figure.colorbar(image, ax=axes, label=f"total energy ({unit})")
+    return figure
+
+
+def compare(trace_a, trace_b, model: str = "compute", preset=None, labels=("A", "B"), **options):
+    a, b = (energy(t, model, preset, **options) for t in (trace_a, trace_b))
+    layers = sorted(set(_leaf_modules(a)) | set(_leaf_modules(b)))
+    values = np.array([[a.energy_by_module.get(layer, 0.0), b.energy_by_module.get(layer, 0.0)] for layer in layers])
+    scale, unit = _energy_unit(values.ravel())
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.8 * len(layers) + 3), 4.5), layout="constrained")
+    positions = np.arange(len(layers))
+    for column, (label, colour) in enumerate(zip(labels, ("#4C72B0", "#DD8452"))):
+        axes.bar(positions + (column - 0.5) * 0.4, values[:, column] / scale, width=0.4, label=label, color=colour)
+    axes.set_xticks(positions, _short(layers), rotation=90)
+    axes.set_ylabel(f"energy ({unit})")
+    axes.set_xlabel("layer")
+    axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]} ({model})")
+    axes.legend()
+    return figure
+
+
+def save(figure, path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix == ".html":
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+        svg = buffer.getvalue()
+        svg = svg[svg.index("<svg"):]  # inline SVG in HTML takes no XML prolog or DOCTYPE
+        title = figure.axes[0].get_title() if figure.axes else "spiketrace plot"
+        path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                        f"</head><body>{svg}</body></html>")
+    elif path.suffix in (".png", ".svg", ".pdf"):
+        figure.savefig(path, dpi=150)
+    else:
+        raise ValueError(f"{path}: choose .png, .svg, .pdf or .html")
+    plt.close(figure)
+    return path
