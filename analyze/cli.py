@@ -314,13 +314,25 @@ def demo(out: str, output_format: str) -> None:
         raise DemoUnavailable(f"the demo needs the capture side and torch ({exc})") from exc
     with open_trace(record_demo(out)) as trace:
         print_info(trace, output_format)
+        if output_format == "table":
+            from analyze.energy import energy
+
+            result = count(trace)
+            click.echo("\noperation counts per module (offline, equal to SpikingJelly's counters):")
+            click.echo(counts_view.table_text(result, "scope", 2, 3, coverage=counts_view.coverage(result)))
+            report = energy(trace, "compute", "compute-fp32-45nm")
+            click.echo(f"\ncompute energy (compute-fp32-45nm): {report.energy_total_pj / 1e6:.3f} uJ; by stage: "
+                       + ", ".join(f"{k} {v / 1e6:.3f} uJ" for k, v in report.energy_by_stage.items()))
+            click.echo(f"next: spiketrace counts {out} --by op | spiketrace energy {out} --by stage | "
+                       f"spiketrace report {out} --out report.html")
 
 
 if __name__ == "__main__":
     main()
 
 
-from analyze import cli_energy, cli_plots  # noqa: E402  (their commands attach to main)
+from analyze import cli_energy, cli_plots, cli_report  # noqa: E402  (their commands attach to main)
 
 cli_energy.register(main)
 cli_plots.register(main)
+cli_report.register(main)

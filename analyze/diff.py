@@ -1,0 +1,143 @@
+"""Compare two traces: model version, spike rates, per-module counts and energy.
+
+`diff_traces(a, b)` returns a TraceDiff whose `metrics` frame has one row per compared
+number (metric, scope, a, b, delta, relative), and `failures(conditions)` evaluates
+`--fail-if` conditions such as `energy.total>+5%` (relative change of B against A),
+`counts.mac>1000` (absolute change) or `spike_rate.Net.sn1<-10%`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from analyze.counters import count
+from analyze.energy import energy
+
+COUNTERS = ("flop", "mac", "ac", "synop", "memory_access")
+CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)\s*(?P<percent>%?)\s*$")
+
+
+class ConditionError(ValueError):
+    """A --fail-if condition is malformed or names no compared metric."""
+
+
+def model_signature(trace) -> dict:
+    """What identifies the model: its modules' paths, classes and parameter shapes, hashed."""
+    modules = trace.sql("SELECT path, class_name, parameters FROM modules WHERE in_model ORDER BY path")
+    described = [(p, c, [(q["name"], q["shape"]) for q in json.loads(params)])
+                 for p, c, params in modules.itertuples(index=False)]
+    digest = hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+    return {"digest": digest, "modules": {p: f"{c} {s}" for p, c, s in described}}
+
+
+def _relative(a: float, b: float) -> float | None:
+    if a == 0:
+        return 0.0 if b == 0 else None
+    return (b - a) / abs(a)
+
+
+@dataclass
+class TraceDiff:
+    a: str
+    b: str
+    model_a: dict
+    model_b: dict
+    metrics: pd.DataFrame  # metric, scope, a, b, delta, relative
+
+    @property
+    def same_model(self) -> bool:
+        return self.model_a["digest"] == self.model_b["digest"]
+
+    def changed_modules(self) -> dict[str, tuple[str | None, str | None]]:
+        paths = sorted(set(self.model_a["modules"]) | set(self.model_b["modules"]))
+        return {p: (self.model_a["modules"].get(p), self.model_b["modules"].get(p)) for p in paths
+                if self.model_a["modules"].get(p) != self.model_b["modules"].get(p)}
+
+    def value(self, name: str) -> pd.Series:
+        """The row of a dotted metric name: energy.total, counts.mac, counts.mac.Net.fc1, spike_rate.Net.sn1."""
+        keys = self.metrics["metric"] + self.metrics["scope"].map(lambda s: "" if s == "Global" else f".{s}")
+        rows = self.metrics[keys == name]
+        if rows.empty:
+            known = ", ".join(sorted(set(keys))[:12])
+            raise ConditionError(f"no compared metric {name!r} (for example: {known}, ...)")
+        return rows.iloc[0]
+
+    def failures(self, conditions) -> list[str]:
+        """The conditions that hold, each as a sentence: why CI should fail."""
+        failed = []
+        for text in conditions:
+            match = CONDITION.match(text)
+            if not match:
+                raise ConditionError(f"--fail-if {text!r}: expected METRIC>VALUE or METRIC>+N% (also <, >=, <=)")
+            row = self.value(match["metric"])
+            limit = float(match["value"])
+            if match["percent"]:
+                change = row["relative"]
+                if change is None or (isinstance(change, float) and math.isnan(change)):
+                    change = math.inf if row["b"] > row["a"] else -math.inf
+                observed, shown = 100.0 * change, f"{100.0 * change:+.2f}%"
+            else:
+                observed, shown = row["delta"], f"{row['delta']:+g}"
+            holds = {">": observed > limit, "<": observed < limit, ">=": observed >= limit, "<=": observed <= limit}[match["op"]]
+            if holds:
+                failed.append(f"{match['metric']} changed {shown} ({row['a']:g} -> {row['b']:g}), which is {match['op']} "
+                              f"{match['value']}{match['percent']}")
+        return failed
+
+    def to_json(self) -> dict:
+        return {
+            "a": self.a, "b": self.b,
+            "model": {"same": self.same_model, "a": self.model_a["digest"], "b": self.model_b["digest"],
+                      "changed_modules": {p: {"a": x, "b": y} for p, (x, y) in self.changed_modules().items()}},
+            "metrics": [
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                for row in self.metrics.to_dict(orient="records")
+            ],
+        }
+
+
+def _counts(trace) -> pd.DataFrame:
+    frame = count(trace, list(COUNTERS)).frame
+    summed = frame.groupby(["counter", "scope"], as_index=False)["value"].sum()
+    return summed.assign(metric="counts." + summed["counter"])[["metric", "scope", "value"]]
+
+
+def _energies(trace, model: str, preset) -> pd.DataFrame:
+    report = energy(trace, model, preset)
+    total = getattr(report, "energy_total_pj", None)
+    if total is None:
+        total = report.total_pj
+    rows = [("energy.total", "Global", total)]
+    rows += [("energy.stage." + k, "Global", v) for k, v in (getattr(report, "energy_by_stage", {}) or {}).items()]
+    rows += [("energy", k, v) for k, v in (getattr(report, "energy_by_module", {}) or {}).items()]
+    return pd.DataFrame(rows, columns=["metric", "scope", "value"])
+
+
+def _spike_rates(trace) -> pd.DataFrame:
+    rates = trace.sql("SELECT scope, sum(ones) / sum(elements) AS value FROM layer_spike_rates GROUP BY scope")
+    return rates.assign(metric="spike_rate")[["metric", "scope", "value"]]
+
+
+def _summary(trace) -> pd.DataFrame:
+    return pd.DataFrame([("events", "Global", trace.count("events"))], columns=["metric", "scope", "value"])
+
+
+def diff_traces(trace_a, trace_b, *, model: str = "compute", preset=None) -> TraceDiff:
+    sides = []
+    for trace in (trace_a, trace_b):
+        sides.append(pd.concat([_summary(trace), _counts(trace), _energies(trace, model, preset), _spike_rates(trace)],
+                               ignore_index=True))
+    merged = sides[0].merge(sides[1], on=["metric", "scope"], how="outer", suffixes=("_a", "_b"))
+    merged = merged.rename(columns={"value_a": "a", "value_b": "b"})
+    merged[["a", "b"]] = merged[["a", "b"]].astype(float).fillna(0.0)
+    merged["delta"] = merged["b"] - merged["a"]
+    merged["relative"] = [_relative(a, b) for a, b in zip(merged["a"], merged["b"])]
+    merged = merged.sort_values(["metric", "scope"], key=lambda c: c.map(lambda v: (v != "Global", v)) if c.name == "scope" else c,
+                                ignore_index=True)
+    return TraceDiff(str(trace_a.path), str(trace_b.path), model_signature(trace_a), model_signature(trace_b), merged)

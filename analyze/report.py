@@ -1,0 +1,132 @@
+"""A single self-contained HTML report of a trace: summary, energy and count breakdowns,
+plots (PNG data URIs), spike rates and coverage. Nothing is fetched when it is viewed.
+
+The page checks itself when loaded: `<body data-images-loaded data-images-total
+data-errors>` say how many images decoded and which script errors occurred, so a headless
+browser can verify that it rendered (tests/test_report.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from analyze import plots
+from analyze.counters import count
+from analyze.counts_view import human
+from analyze.energy import DEFAULT_PRESETS, energy
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5rem 0; font-size: 0.9rem; }
+th, td { padding: 0.2rem 0.7rem; border-bottom: 1px solid #eee; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+img { max-width: 100%; height: auto; margin: 0.5rem 0; border: 1px solid #eee; }
+.note { color: #666; font-size: 0.85rem; }
+"""
+
+SELF_CHECK = """
+window.spiketraceErrors = [];
+window.addEventListener('error', e => window.spiketraceErrors.push(String(e.message)));
+window.addEventListener('load', () => {
+  const images = Array.from(document.images);
+  document.body.dataset.imagesTotal = images.length;
+  document.body.dataset.imagesLoaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.dataset.errors = window.spiketraceErrors.join(' | ');
+});
+"""
+
+
+def _table(frame: pd.DataFrame, caption: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _pj(value: float) -> str:
+    for unit, scale in (("mJ", 1e9), ("µJ", 1e6), ("nJ", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:,.3f} {unit}"
+    return f"{value:,.3f} pJ"
+
+
+def _image(figure, alt: str) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plots.plt.close(figure)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _figures(trace, model: str, preset) -> list[str]:
+    makers = [
+        ("energy per layer", lambda: plots.energy_by_layer(trace, model, preset)),
+        ("energy per stage", lambda: plots.stage_breakdown(trace, model, preset)),
+        ("spike rate heatmap", lambda: plots.spike_rate_heatmap(trace)),
+        ("roofline", lambda: plots.roofline(trace)),
+    ]
+    out = []
+    for name, make in makers:
+        try:
+            out.append(_image(make(), name))
+        except (ValueError, KeyError) as problem:  # e.g. no binary outputs: say so, draw the rest
+            out.append(f'<p class="note">{html.escape(name)}: not drawn ({html.escape(str(problem))})</p>')
+    return out
+
+
+def build_report(trace, *, model: str = "compute", preset=None, depth: int = 2) -> str:
+    summary = trace.summary()
+    report = energy(trace, model, preset)
+    frame = report.to_frame()
+    total_key = "energy_total_pj" if "energy_total_pj" in set(frame["key"]) else "total_pj"
+    total = float(frame.loc[frame["key"] == total_key, "pj"].iloc[0])
+    components = frame[frame["breakdown"] == "component"][["key", "pj"]]
+    components = components.assign(energy=components["pj"].map(_pj),
+                                   share=(100 * components["pj"] / total if total else 0).round(1))[["key", "energy", "share"]]
+    stages = frame[frame["breakdown"] == "stage"][["key", "pj"]].assign(energy=lambda f: f["pj"].map(_pj))[["key", "energy"]]
+    result = count(trace, ["flop", "mac", "ac", "synop", "memory_access"])
+    counts = result.frame.groupby(["scope", "counter"])["value"].sum().unstack("counter").fillna(0).astype("int64")
+    counts = counts[[d <= depth for d in counts.index.map(lambda s: 0 if s == "Global" else s.count(".") + 1)]]
+    counts = counts.reset_index().map(lambda v: human(v) if isinstance(v, (int,)) or hasattr(v, "dtype") else v)
+    unsupported = result.unsupported
+    if len(unsupported):  # one row per op: its calls, and which counters lack a rule for it
+        unsupported = (unsupported.groupby("op")
+                       .agg(calls=("calls", "max"), tensor_bytes=("tensor_bytes", "max"),
+                            uncovered_by=("counter", lambda c: ", ".join(sorted(c))))
+                       .sort_values("calls", ascending=False).reset_index())
+    rates = trace.sql("SELECT scope, stage, calls, ones, elements, round(spike_rate, 4) AS spike_rate "
+                      "FROM layer_spike_rates ORDER BY scope")
+    chosen = preset or DEFAULT_PRESETS[model]
+    info = pd.DataFrame([
+        ("trace", str(trace.path)), ("schema version", summary.get("schema_version")),
+        ("complete", summary.get("complete")), ("ranks", summary.get("ranks")),
+        ("events", trace.count("events")), ("energy model", f"{model} under {chosen}"),
+        ("total energy", _pj(total)),
+    ], columns=["", "value"])
+    sections = [
+        f"<h1>spiketrace report: {html.escape(Path(str(trace.path)).name)}</h1>",
+        "<h2>Summary</h2>", _table(info),
+        "<h2>Energy by component</h2>", _table(components),
+        "<h2>Energy by stage</h2>", _table(stages),
+        "<h2>Plots</h2>", *_figures(trace, model, preset),
+        f"<h2>Operation counts per module (depth ≤ {depth})</h2>", _table(counts),
+        "<h2>Spike rates per layer</h2>", _table(rates) if len(rates) else '<p class="note">no binary layer outputs</p>',
+        "<h2>Coverage: ops no counter rule covers</h2>",
+        _table(unsupported) if len(unsupported) else '<p class="note">every op of the trace is covered</p>',
+    ]
+    title = f"spiketrace report: {Path(str(trace.path)).name}"
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style><script>{SELF_CHECK}</script></head><body>{''.join(sections)}</body></html>")
+
+
+def write_report(trace, out, **options) -> Path:
+    path = Path(out)
+    path.write_text(build_report(trace, **options), encoding="utf-8")
+    return path
