@@ -169,7 +169,12 @@ def views() -> None:
     """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
     from analyze.views import sql_views
 
+    from analyze.result_tables import result_views
+
     shipped = sql_views()
+    shipped.update({name: (f"{summary} (needs the energy table)", q) for name, (summary, q) in result_views().items()})
+    shipped["counts"] = ("the counters' tidy results: counter, scope, op, stage, value (computed on demand)", "")
+    shipped["energy"] = ("one energy report as rows: model, preset, breakdown, key, pj, count (on demand)", "")
     width = max(map(len, shipped))
     for name, (summary, _) in shipped.items():
         click.echo(f"{name:<{width}}  {summary}")
@@ -179,13 +184,18 @@ def views() -> None:
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("query", required=False)
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
-def sql(trace_path: str, query: str | None, output_format: str) -> None:
+@click.option("--model", default="compute", show_default=True, help="Energy model of the `energy` table.")
+@click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
+def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None) -> None:
     """Run QUERY (DuckDB SQL over the trace's views) and print the result; with no QUERY,
     open the duckdb shell on the views."""
     if query is None:
         _shell(trace_path)
         return
     with open_trace(trace_path) as trace:
+        from analyze.result_tables import ensure_for_query
+
+        ensure_for_query(trace, query, model=model, preset=preset)  # `counts`, `energy` and its views, computed when named
         _warn(trace)
         if output_format == "json":
             click.echo(json.dumps(trace.arrow(query).to_pylist(), indent=1, default=str))

@@ -148,3 +148,25 @@ def test_views_command_and_shell(tmp_path, sew_trace, monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert json.loads((tmp_path / "out.txt").read_text()) == len(raw(sew_trace, "events"))
+
+
+def test_result_tables_equal_the_python_api(sew_trace):
+    from analyze.counters import count
+    from analyze.energy import energy
+    from analyze.result_tables import ensure_for_query
+
+    with open_trace(sew_trace) as trace:
+        ensure_for_query(trace, "SELECT * FROM counts JOIN energy_by_stage ON true", preset="compute-int8-45nm")
+        counts = trace.sql("SELECT counter, sum(value) AS v FROM counts WHERE scope = 'Global' GROUP BY counter")
+        stages = trace.sql("SELECT stage, pj, share FROM energy_by_stage").set_index("stage")
+        modules = trace.sql("SELECT scope, pj FROM energy_by_module").set_index("scope")["pj"]
+        report = energy(trace, "compute", "compute-int8-45nm")
+        totals = count(trace).totals()
+    assert dict(zip(counts["counter"], counts["v"].astype(int))) == totals
+    for stage, pj in report.energy_by_stage.items():
+        assert stages.loc[stage, "pj"] == pytest.approx(pj, rel=1e-12)
+    assert stages["share"].sum() == pytest.approx(1.0)
+    assert modules.to_dict() == pytest.approx(report.energy_by_module, rel=1e-12)
+    result = CliRunner().invoke(main, ["sql", str(sew_trace), "SELECT round(sum(share), 6) AS s FROM energy_by_stage",
+                                       "--format", "json"])
+    assert json.loads(result.output) == [{"s": 1.0}]
