@@ -45,15 +45,25 @@ def one_line(exc: BaseException) -> str:
 
 
 class SpiketraceGroup(click.Group):
-    """Reports the expected errors as one line and exit code 2, unless --debug."""
+    """Reports errors as one line and exit code 2, unless --debug (then the traceback).
+
+    The expected ones (a bad trace, preset or query) print their message; anything else also
+    names its type and suggests --debug, so a bug is still visible."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except (*REPORTED_ERRORS, DemoUnavailable, ShellUnavailable) as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
             click.echo(f"error: {one_line(exc)}", err=True)
+            ctx.exit(2)
+        except Exception as exc:  # noqa: BLE001 - one line for users; --debug shows the traceback
+            if (ctx.obj or {}).get("debug"):
+                raise
+            click.echo(f"error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)", err=True)
             ctx.exit(2)
 
 

@@ -152,3 +152,20 @@ def test_demo_records_and_summarises(tmp_path):
     assert document["trace"]["complete"] is True and document["trace"]["counts"]["events"] > 0
     assert sum(row["count"] for row in document["ops"]) == document["trace"]["counts"]["events"]
     assert run("validate", tmp_path / "demo").exit_code == 0
+
+
+def test_unexpected_errors_are_one_line_unless_debug(tmp_path):
+    import torch
+    from torch import nn
+
+    from capture import Recorder
+
+    model = nn.Linear(3, 2)  # no spiking layer: nothing to draw a spike heatmap of
+    with Recorder(tmp_path / "trace", model=model):
+        model(torch.rand(2, 3))
+    runner = CliRunner()
+    plain = runner.invoke(main, ["plot", str(tmp_path / "trace"), "spikes", "--out", str(tmp_path / "a.png")])
+    assert plain.exit_code == 2
+    assert plain.output.count("\n") == 1 and "no binary module outputs" in plain.output and "--debug" in plain.output
+    debug = runner.invoke(main, ["--debug", "plot", str(tmp_path / "trace"), "spikes", "--out", str(tmp_path / "a.png")])
+    assert isinstance(debug.exception, ValueError)
