@@ -21,12 +21,9 @@ _NAMES = re.compile(r"\b(?:from|join)\s+(counts|energy(?:_\w+)?)\b", re.IGNORECA
 
 
 def result_views() -> dict[str, tuple[str, str]]:
-    views = {}
-    for path in sorted(RESULT_VIEW_DIR.glob("*.sql")):
-        text = path.read_text()
-        header = [line[2:].strip() for line in text.splitlines() if line.startswith("--")]
-        views[path.stem] = (header[0].split(":", 1)[1].strip() if header and ":" in header[0] else "", text)
-    return views
+    from analyze.views import sql_views
+
+    return sql_views(RESULT_VIEW_DIR)
 
 
 def _replace_table(con, name: str, frame: pd.DataFrame) -> None:

@@ -104,12 +104,12 @@ def table_view_sql(table: str, files: list[Path], exclude: list[str] = ()) -> st
 SQL_VIEW_DIR = Path(__file__).resolve().parent / "sql_views"
 
 
-def sql_views() -> dict[str, tuple[str, str]]:
+def sql_views(directory: Path = SQL_VIEW_DIR) -> dict[str, tuple[str, str]]:
     """Named breakdown views shipped as SQL files: name -> (what it answers, query).
 
     Each file starts with `-- name: question` and more comment lines explaining the rows."""
     views = {}
-    for path in sorted(SQL_VIEW_DIR.glob("*.sql")):
+    for path in sorted(directory.glob("*.sql")):
         text = path.read_text()
         header = [line[2:].strip() for line in text.splitlines() if line.startswith("--")]
         summary = header[0].split(":", 1)[1].strip() if header and ":" in header[0] else ""
