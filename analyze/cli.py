@@ -55,6 +55,9 @@ class SpiketraceGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `spiketrace ... | head`: the reader left, nothing to report
+            sys.stderr.close()
+            ctx.exit(0)
         except (*REPORTED_ERRORS, DemoUnavailable, ShellUnavailable) as exc:
             if (ctx.obj or {}).get("debug"):
                 raise

@@ -26,6 +26,15 @@ def _pj(value: float) -> str:
     return f"{value:,.3f} pJ"
 
 
+def _headline_values(frame):
+    """Non-energy totals a model reports (SpikeSim's area_mm2, latency_ms) as (key, value, unit)."""
+    if "value" not in frame.columns:
+        return []
+    rows = frame[(frame["breakdown"] == "total") & frame["pj"].isna() & frame["value"].notna()]
+    return [(k, float(v), u if "unit" in frame.columns else "") for k, v, u in
+            zip(rows["key"], rows["value"], rows["unit"] if "unit" in frame.columns else [""] * len(rows))]
+
+
 def _progress(items):
     if not sys.stderr.isatty():
         return items
@@ -50,8 +59,8 @@ def register(main: click.Group) -> None:
     @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME")
     @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
     @click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
-    @click.option("--by", "view", default="component", show_default=True,
-                  help="Breakdown shown by the table: component, stage, module, ... (what the model reports).")
+    @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
+                  "model reports; default: component, or the model's first).")
     @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
     def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
         """Energy of TRACE under one preset."""
@@ -65,18 +74,25 @@ def register(main: click.Group) -> None:
         if output_format == "csv":
             click.echo(frame.to_csv(index=False), nl=False)
             return
-        views = [v for v in frame["breakdown"].unique() if v not in ("total", "count")]
-        if view not in views:
-            raise click.UsageError(f"--by {view}: this model reports {', '.join(views)}")
-        rows = frame[frame["breakdown"] == view].sort_values("pj", ascending=False)
+        # views with energies; others (area, unsupported ops) are in --format json/csv
+        views = [v for v in frame["breakdown"].unique() if v not in ("total", "count")
+                 and frame.loc[frame["breakdown"] == v, "pj"].notna().any()]
+        if view is None:
+            view = "component" if "component" in views else (views[0] if views else None)
+        elif view not in views:
+            raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
+        rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()].sort_values("pj", ascending=False)
         total = float(frame.loc[frame["key"].isin(["energy_total_pj", "total_pj"]), "pj"].iloc[0])
         chosen = preset or energy_models.DEFAULT_PRESETS[model]
         click.echo(f"{model} energy under {chosen}: {_pj(total)}" + (f" ({', '.join(overrides)})" if overrides else ""))
-        width = max([len(str(k)) for k in rows["key"]] + [len(view)])
-        click.echo(f"{view:<{width}}  {'energy':>14}  share")
+        width = max([len(str(k)) for k in rows["key"]] + [len(str(view))])
+        if view is not None:
+            click.echo(f"{view:<{width}}  {'energy':>14}  share")
         for key, pj in zip(rows["key"], rows["pj"]):
             share = f"{100 * pj / total:5.1f}%" if total else "   - "
             click.echo(f"{key:<{width}}  {_pj(pj):>14}  {share}")
+        for key, value, unit in _headline_values(frame):
+            click.echo(f"{key}: {value:,.6g} {unit}")
         for warning in getattr(report, "warnings", []) or []:
             click.echo(f"warning: {warning}", err=True)
 

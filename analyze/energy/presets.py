@@ -98,7 +98,7 @@ class Preset:
         schema = model_units(self.model)
         for key, raw in pairs.items():
             unit = _unit_for(key, schema, self._where())
-            value = _override_value(raw, unit, key, self._where())
+            value = _override_value(raw, unit, key, self._where(), self.model)
             _assign(parameters, key, value)
             units[key] = unit
         derived = replace(self, parameters=parameters, units=units, overrides={**self.overrides, **pairs})
@@ -146,25 +146,34 @@ def _unit_for(key: str, schema: Mapping[str, str], where: str) -> str:
     raise PresetError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(schema))})")
 
 
-def _check_number(key: str, value: float, unit: str, where: str) -> None:
+def _zero_allowed(key: str, model: str | None) -> bool:
+    """A model may list keys (fnmatch patterns) whose size can be 0, e.g. a breakpoint at 0 bytes."""
+    patterns = getattr(model_module(model), "PRESET_ZERO_ALLOWED", ()) if model else ()
+    return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+
+def _check_number(key: str, value: float, unit: str, where: str, model: str | None = None) -> None:
     if not math.isfinite(value):
         raise PresetError(f"{where}: {key} = {value} is not finite")
     kind = _dimension(unit)[0] if unit not in NON_NUMBERS else ""
     if kind.startswith("energy") and value < 0:
         raise PresetError(f"{where}: {key} = {value} {unit}: an energy cannot be negative")
+    if kind in ("size", "size/cycle", "size/time", "frequency") and value == 0 and _zero_allowed(key, model):
+        return
     if kind in ("size", "size/cycle", "size/time", "frequency") and value <= 0:
         raise PresetError(f"{where}: {key} = {value} {unit}: a size, bandwidth or frequency must be positive")
     if value < 0 and kind in ("area", "time", "time/cycle"):
         raise PresetError(f"{where}: {key} = {value} {unit} cannot be negative")
 
 
-def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str = "") -> tuple[dict, dict]:
+def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str = "",
+               model: str | None = None) -> tuple[dict, dict]:
     """Strip {value, unit} leaves to numbers in the schema's units; returns (tree, units)."""
     out, units = {}, {}
     for key, item in tree.items():
         dotted = f"{prefix}{key}"
         if isinstance(item, Mapping) and "value" not in item:
-            out[key], sub_units = _normalise(item, schema, where, dotted + ".")
+            out[key], sub_units = _normalise(item, schema, where, dotted + ".", model)
             units.update(sub_units)
             continue
         unit = _unit_for(dotted, schema, where)
@@ -179,7 +188,7 @@ def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str
                 number = convert(float(value), str(given), unit)
             except ValueError as problem:
                 raise PresetError(f"{where}: {dotted}: {problem}") from None
-            _check_number(dotted, number, unit, where)
+            _check_number(dotted, number, unit, where, model)
             out[key] = int(number) if isinstance(value, int) and number == int(number) and unit == given else number
         elif unit in NON_NUMBERS:
             if unit == "bool" and not isinstance(item, bool):
@@ -214,7 +223,7 @@ def parse_preset(document: Mapping, where: str, path: Path | None = None) -> Pre
         schema = model_units(str(head["model"]))
     except PresetError as problem:
         raise PresetError(f"{where}: {problem}") from None
-    parameters, units = _normalise(document.get("parameters", {}), schema, where)
+    parameters, units = _normalise(document.get("parameters", {}), schema, where, model=str(head["model"]))
     preset = Preset(str(head["name"]), str(head["model"]), str(head.get("description", "")), str(head["source"]),
                     parameters, units, path)
     preset.costs()
@@ -267,7 +276,7 @@ def _parse_assignments(assignments, where: str) -> dict[str, Any]:
     return pairs
 
 
-def _override_value(raw, unit: str, key: str, where: str):
+def _override_value(raw, unit: str, key: str, where: str, model: str | None = None):
     if unit in NON_NUMBERS:
         if unit == "bool":
             if isinstance(raw, bool):
@@ -290,5 +299,5 @@ def _override_value(raw, unit: str, key: str, where: str):
         value = convert(number, given, unit)
     except ValueError as problem:
         raise PresetError(f"{where}: {key}: {problem}") from None
-    _check_number(key, value, unit, where)
+    _check_number(key, value, unit, where, model)
     return value

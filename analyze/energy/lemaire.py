@@ -1,0 +1,66 @@
+"""The Lemaire analytical energy model (Lemaire et al., ICONIP 2022), in two conventions.
+
+    from analyze import open_trace
+    from analyze.energy import energy, recost
+    with open_trace("runs/step") as trace:
+        report = energy(trace, model="lemaire", preset="lemaire-spikingjelly")   # or "lemaire-qualia"
+        report.total_pj, report.breakdown_pj, report.counts, report.to_frame()
+
+* convention "spikingjelly" equals SpikingJelly 2.0.0's estimate_lemaire_energy /
+  LemaireEnergyProfiler on the same run: forward calls of Linear/Conv1-3d and IF/LIF modules,
+  32-bit words, piecewise-linear pJ/byte by buffer capacity, buffers sized per batch.
+* convention "qualia" equals Qualia 2.6.0's EnergyEstimationMetric (the paper authors' code):
+  per-inference energies from pooled spike rates, e_ram(n) = 1.09e-5 * n * bits + 13.2 pJ per
+  access, the non-binary first layer ("Hybrid") costed once per inference, its bias and
+  addressing rules as they are (tests/oracles/ has the golden numbers and how to remake them).
+
+The mapper (lemaire_mapper.py) computes both conventions' activity at once; the preset's
+`convention` picks one at costing time (lemaire_cost.py), so presets of either convention
+re-cost one activity. Strictness: by default modules SpikingJelly's validate_model rejects
+(Flatten, pooling, BN, PLIF, ...) are listed in report.warnings, as SpikingJelly does with
+strict=False; strict=True raises its ValueError instead.
+"""
+
+from __future__ import annotations
+
+from analyze.energy.lemaire_cost import LemaireCosts, LemaireReport, cost
+from analyze.energy.lemaire_mapper import (
+    CONVENTIONS,
+    LemaireActivity,
+    activity,
+    qualia_layer_terms,
+)
+
+MODEL = "lemaire"
+PRESET_UNITS: dict[str, str] = {
+    "convention": "str",
+    "e_add_pj": "pJ",
+    "e_mul_pj": "pJ",
+    "memory_breakpoints.*.capacity_bytes": "byte",
+    "memory_breakpoints.*.pj_per_byte": "pJ/byte",
+    "snn_fifo_capacity_elements": "1",
+    "qualia.mem_width": "bit",
+    "qualia.sram_estimation": "str",
+    "qualia.ram_slope": "pJ/bit",
+    "qualia.ram_floor": "pJ",
+    "qualia.bus_width": "bit",
+    "qualia.bus_access": "pJ",
+}
+# SpikingJelly's first breakpoint sits at 0 bytes; other sizes must be positive.
+PRESET_ZERO_ALLOWED = ("memory_breakpoints.*.capacity_bytes",)
+Costs = LemaireCosts
+Activity = LemaireActivity
+Report = LemaireReport
+
+__all__ = [
+    "CONVENTIONS",
+    "MODEL",
+    "PRESET_UNITS",
+    "Costs",
+    "LemaireActivity",
+    "LemaireCosts",
+    "LemaireReport",
+    "activity",
+    "cost",
+    "qualia_layer_terms",
+]

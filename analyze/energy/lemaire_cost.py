@@ -1,0 +1,308 @@
+"""Lemaire costing: activity x LemaireCosts -> pJ, in either convention.
+
+spikingjelly (SpikingJelly 2.0.0 LemaireEnergyProfiler.get_report):
+    ops_pj        = ac * e_add + mac * (e_mul + e_add)
+    addressing_pj = acc_addr * e_add + mac_addr * (e_mul + e_add)
+    memory_pj     = sum over accesses of bytes * pj_per_byte(capacity of the buffer hit),
+                    pj_per_byte piecewise linear through the breakpoints, clamped at both ends;
+                    the SNN FIFO holds snn_fifo_capacity_elements 4-byte words.
+qualia (Qualia 2.6.0 EnergyEstimationMetric, per inference):
+    every memory access of a word costs e_ram(n) = ram_slope * n * mem_width + ram_floor
+    (or bus_access / (bus_width // mem_width) with sram_estimation = "new"), n the elements of
+    the memory hit; adds cost e_add, MACs e_mul + e_add, the Hybrid layer's leak e_mul.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyze.energy.lemaire_mapper import (
+    ACCESSES,
+    CONVENTIONS,
+    WORD_BYTES,
+    LemaireActivity,
+)
+
+BUFFER_OF = {"read_in_bytes": "inout", "write_out_bytes": "inout", "read_params_bytes": "params",
+             "read_potential_bytes": "potential", "write_potential_bytes": "potential"}
+SJ_BREAKPOINTS = ((0.0, 0.0), (8.0 * 1024.0, 10.0 / WORD_BYTES), (32.0 * 1024.0, 20.0 / WORD_BYTES),
+                  (1024.0 * 1024.0, 100.0 / WORD_BYTES))
+SPIKINGJELLY_MODEL_INFO = {
+    "model_id": "lemaire_2022_runtime_v1", "fidelity": "paper",
+    "source_urls": ["https://arxiv.org/abs/2210.13107", "https://doi.org/10.1007/978-3-031-30105-6_48"],
+    "technology_nm": 45, "precision": "32-bit integer operations and 32-bit SRAM accesses",
+    "scope": "runtime Conv/Linear forward inference under the Lemaire analytical model",
+}
+QUALIA_MODEL_INFO = {
+    "model_id": "lemaire_qualia_2.6", "fidelity": "reference-code",
+    "source_urls": ["https://arxiv.org/abs/2210.13107", "https://pypi.org/project/qualia-plugin-snn/2.6.0/"],
+    "technology_nm": 45, "precision": "mem_width-bit memory words (see config)",
+    "scope": "per-inference SNN energy of Linear/Conv1d/Conv2d layers as Qualia's EnergyEstimationMetric costs it",
+}
+
+
+@dataclass(frozen=True)
+class LemaireCosts:
+    """SpikingJelly's LemaireEnergyCostConfig (e_add_pj, e_mul_pj, memory_breakpoints) and the
+    hardware part of LemaireEnergyConfig (snn_fifo_capacity_elements), same names and defaults;
+    plus the convention and Qualia's memory-energy knobs (used by convention "qualia" only)."""
+
+    e_add_pj: float = 0.1
+    e_mul_pj: float = 3.1
+    memory_breakpoints: tuple[tuple[float, float], ...] = SJ_BREAKPOINTS
+    snn_fifo_capacity_elements: int = 1000
+    convention: str = "spikingjelly"
+    qualia_mem_width_bits: int = 32
+    qualia_sram_estimation: str = "old"
+    qualia_ram_slope_pj_per_bit: float = 1.09e-5
+    qualia_ram_floor_pj: float = 13.2
+    qualia_bus_width_bits: int = 64
+    qualia_bus_access_pj: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("e_add_pj", "e_mul_pj", "qualia_ram_slope_pj_per_bit", "qualia_ram_floor_pj",
+                     "qualia_bus_access_pj"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be finite and nonnegative, got {value!r}")
+        points = self.memory_breakpoints
+        if len(points) < 2:
+            raise ValueError("memory_breakpoints must hold at least 2 (capacity bytes, pJ/byte) points")
+        for i, point in enumerate(points):
+            if len(point) != 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in point):
+                raise ValueError(f"memory_breakpoints point {i} must be a finite, nonnegative (x, y) pair, got {point!r}")
+            if i and point[0] <= points[i - 1][0]:
+                raise ValueError("memory_breakpoints x values must be strictly increasing")
+        for name in ("snn_fifo_capacity_elements", "qualia_mem_width_bits", "qualia_bus_width_bits"):
+            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
+        if self.qualia_sram_estimation not in ("old", "new"):
+            raise ValueError(f"qualia.sram_estimation must be 'old' (ICONIP 2022) or 'new', got {self.qualia_sram_estimation!r}")
+        if self.qualia_sram_estimation == "new" and self.qualia_bus_width_bits < self.qualia_mem_width_bits:
+            raise ValueError("qualia.bus_width is narrower than qualia.mem_width: Qualia's 'new' SRAM estimate "
+                             "divides by zero there")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> LemaireCosts:
+        """From a preset's [parameters] tree (units stripped); unknown keys raise naming them."""
+        values = dict(values)
+        kwargs: dict[str, Any] = {}
+        for name in ("e_add_pj", "e_mul_pj"):
+            if name in values:
+                kwargs[name] = float(values.pop(name))
+        if "snn_fifo_capacity_elements" in values:
+            kwargs["snn_fifo_capacity_elements"] = _integer("snn_fifo_capacity_elements",
+                                                            values.pop("snn_fifo_capacity_elements"))
+        if "convention" in values:
+            kwargs["convention"] = str(values.pop("convention"))
+        if "memory_breakpoints" in values:
+            kwargs["memory_breakpoints"] = _breakpoints(values.pop("memory_breakpoints"))
+        if "qualia" in values:
+            qualia = dict(values.pop("qualia"))
+            for key, name, kind in (("mem_width", "qualia_mem_width_bits", int), ("sram_estimation",
+                                    "qualia_sram_estimation", str), ("ram_slope", "qualia_ram_slope_pj_per_bit", float),
+                                    ("ram_floor", "qualia_ram_floor_pj", float), ("bus_width", "qualia_bus_width_bits", int),
+                                    ("bus_access", "qualia_bus_access_pj", float)):
+                if key in qualia:
+                    raw = qualia.pop(key)
+                    kwargs[name] = _integer(f"qualia.{key}", raw) if kind is int else kind(raw)
+            if qualia:
+                raise ValueError(f"unknown key 'qualia.{min(qualia)}' for the lemaire model")
+        if values:
+            raise ValueError(f"unknown key {min(values)!r} for the lemaire model")
+        return cls(**kwargs)
+
+    def memory_cost_pj(self, capacity_bytes):
+        """pJ per byte for a buffer of `capacity_bytes` (SpikingJelly's memory_cost_pj; vectorised)."""
+        xs = np.array([p[0] for p in self.memory_breakpoints], dtype=float)
+        ys = np.array([p[1] for p in self.memory_breakpoints], dtype=float)
+        memory = np.clip(np.asarray(capacity_bytes, dtype=float), xs[0], xs[-1])
+        # the segment [x_i, x_{i+1}] with x_i < m <= x_{i+1} (the first one for m = x_0), as SpikingJelly picks it
+        segment = np.clip(np.searchsorted(xs, memory, side="left") - 1, 0, len(xs) - 2)
+        x0, x1, y0, y1 = xs[segment], xs[segment + 1], ys[segment], ys[segment + 1]
+        return y0 + (y1 - y0) / (x1 - x0) * (memory - x0)
+
+    def e_ram_pj(self, elements):
+        """Qualia's _e_ram: pJ for one access to a memory of `elements` words (vectorised)."""
+        bits = self.qualia_mem_width_bits
+        if self.qualia_sram_estimation == "new":
+            return np.full(np.shape(elements), self.qualia_bus_access_pj / (self.qualia_bus_width_bits // bits))
+        return self.qualia_ram_slope_pj_per_bit * np.asarray(elements, dtype=float) * bits + self.qualia_ram_floor_pj
+
+
+def _integer(key: str, value) -> int:
+    if isinstance(value, bool) or float(value) != int(value):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _breakpoints(tree: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
+    """{"p0": {"capacity_bytes": 0, "pj_per_byte": 0}, ...} -> ((0.0, 0.0), ...) in key order p0, p1, ..."""
+    if not isinstance(tree, Mapping):
+        raise ValueError("memory_breakpoints must be a table of points p0, p1, ...")
+    points = []
+    for name in sorted(tree, key=lambda k: (len(k), k)):
+        point = tree[name]
+        if not name.startswith("p") or not name[1:].isdigit() or not isinstance(point, Mapping):
+            raise ValueError(f"unknown key 'memory_breakpoints.{name}' (points are p0, p1, ...)")
+        extra = sorted(set(point) - {"capacity_bytes", "pj_per_byte"})
+        if extra:
+            raise ValueError(f"unknown key 'memory_breakpoints.{name}.{extra[0]}'")
+        for leaf in ("capacity_bytes", "pj_per_byte"):
+            if leaf not in point:
+                raise ValueError(f"memory_breakpoints.{name} lacks {leaf}")
+            if float(point[leaf]) < 0:
+                raise ValueError(f"memory_breakpoints.{name}.{leaf} = {point[leaf]}: must be nonnegative")
+        points.append((float(point["capacity_bytes"]), float(point["pj_per_byte"])))
+    if [int(n[1:]) for n in sorted(tree, key=lambda k: (len(k), k))] != list(range(len(points))):
+        raise ValueError(f"memory_breakpoints points must be p0 .. p{len(points) - 1}, got {sorted(tree)}")
+    return tuple(points)
+
+
+@dataclass
+class LemaireReport:
+    """SpikingJelly's LemaireEnergyReport fields (total_pj, breakdown_pj, counts,
+    buffer_sizes_bytes, warnings, model_info, config), plus per-stage, per-module and
+    per-module-component energies. Under convention "qualia" the energies and counts are per
+    inference (per sample, all timesteps) and counts are word accesses, as Qualia reports them."""
+
+    total_pj: float
+    breakdown_pj: dict[str, float]
+    counts: dict[str, float]
+    buffer_sizes_bytes: dict[str, int]
+    warnings: list[str]
+    model_info: dict[str, Any]
+    config: dict[str, Any]
+    convention: str = "spikingjelly"
+    energy_by_stage: dict[str, float] = field(default_factory=dict)
+    energy_by_module: dict[str, float] = field(default_factory=dict)
+    energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        rows = [("total", "total_pj", self.total_pj, None)]
+        rows += [("component", k, v, None) for k, v in self.breakdown_pj.items()]
+        rows += [("stage", k, v, None) for k, v in self.energy_by_stage.items()]
+        rows += [("module", k, v, None) for k, v in self.energy_by_module.items()]
+        rows += [("count", k, None, v) for k, v in self.counts.items()]
+        rows += [("buffer", k, None, v) for k, v in self.buffer_sizes_bytes.items()]
+        return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _config(costs: LemaireCosts, strict: bool) -> dict[str, Any]:
+    """The LemaireEnergyConfig layout (strict, cost_config, snn_fifo_capacity_elements) plus ours."""
+    document = asdict(costs)
+    return {"strict": strict, "snn_fifo_capacity_elements": costs.snn_fifo_capacity_elements,
+            "cost_config": {k: document[k] for k in ("e_add_pj", "e_mul_pj")}
+            | {"memory_breakpoints": [list(p) for p in costs.memory_breakpoints]},
+            "convention": costs.convention,
+            "qualia": {k.removeprefix("qualia_"): v for k, v in document.items() if k.startswith("qualia_")}}
+
+
+def cost(activity: LemaireActivity, costs: LemaireCosts, *, compat=None, strict=False) -> LemaireReport:
+    if compat not in (None, "spikingjelly", "qualia"):
+        raise ValueError(f"lemaire: unknown compat {compat!r}; choose None, 'spikingjelly' or 'qualia'")
+    if costs.convention not in activity.conventions:
+        raise ValueError(f"this activity was mapped for {activity.conventions}, not the {costs.convention!r} convention")
+    if costs.convention == "qualia":
+        if strict and activity.qualia_warnings:
+            raise ValueError(activity.qualia_warnings[0])
+        return _qualia_cost(activity, costs, strict)
+    if strict and activity.unsupported:  # SpikingJelly's strict validate_model refusal, its message
+        raise ValueError(f"Lemaire formulas do not support {activity.unsupported[0]}; its energy is omitted.")
+    return _spikingjelly_cost(activity, costs, strict)
+
+
+def _spikingjelly_cost(activity: LemaireActivity, costs: LemaireCosts, strict: bool) -> LemaireReport:
+    calls, accesses = activity.calls, activity.accesses
+    add, mac_pj = costs.e_add_pj, costs.e_mul_pj + costs.e_add_pj
+    totals = {q: int(calls[q].sum()) for q in ("synop", "mac", "ac", "acc_addr", "mac_addr")}
+    fifo_bytes = costs.snn_fifo_capacity_elements * WORD_BYTES
+    capacity = accesses["capacity_bytes"].astype("Float64").fillna(fifo_bytes).to_numpy(dtype=float)
+    priced = accesses.assign(capacity=capacity, buffer=accesses["access"].map(BUFFER_OF),
+                             pj=accesses["bytes"].to_numpy(dtype=float) * costs.memory_cost_pj(capacity))
+    memory = priced.groupby("buffer")["pj"].sum()
+    inout, params, potential = (float(memory.get(b, 0.0)) for b in ("inout", "params", "potential"))
+    ops_pj = totals["ac"] * add + totals["mac"] * mac_pj
+    addressing_pj = totals["acc_addr"] * add + totals["mac_addr"] * mac_pj
+    memory_pj = inout + params + potential
+    moved = priced.groupby("access")["bytes"].sum()
+    buffers = priced.groupby("buffer")["capacity"].max()
+    call_pj = calls.assign(ops_pj=calls["ac"] * add + calls["mac"] * mac_pj,
+                           addressing_pj=calls["acc_addr"] * add + calls["mac_addr"] * mac_pj)
+    components = pd.concat([
+        call_pj.melt(id_vars=["stage", "module"], value_vars=["ops_pj", "addressing_pj"], var_name="component",
+                     value_name="pj"),
+        priced.assign(component=priced["buffer"] + "_pj")[["stage", "module", "component", "pj"]],
+    ], ignore_index=True)
+    return LemaireReport(
+        total_pj=ops_pj + addressing_pj + memory_pj,
+        breakdown_pj={"ops_pj": ops_pj, "addressing_pj": addressing_pj, "memory_pj": memory_pj,
+                      "inout_pj": inout, "params_pj": params, "potential_pj": potential},
+        counts={"synop": totals["synop"], "mac": totals["mac"], "ac": totals["ac"],
+                **{name: int(moved.get(name, 0)) for name in ACCESSES},
+                "acc_addr": totals["acc_addr"], "mac_addr": totals["mac_addr"]},
+        buffer_sizes_bytes={f"{b}_buffer_bytes": int(buffers.get(b, 0)) for b in ("inout", "params", "potential")},
+        warnings=list(activity.warnings),
+        model_info=dict(SPIKINGJELLY_MODEL_INFO),
+        config=_config(costs, strict),
+        convention="spikingjelly",
+        energy_by_stage={str(k): float(v) for k, v in components.groupby("stage")["pj"].sum().items()},
+        energy_by_module={str(k): float(v) for k, v in components.groupby("module")["pj"].sum().items()},
+        energy_by_module_component={
+            str(module): {str(c): float(v) for c, v in group.groupby("component")["pj"].sum().items()}
+            for module, group in components.groupby("module")},
+    )
+
+
+QUALIA_COUNTS = {("ops", "add"): "ac", ("ops", "mac"): "mac", ("ops", "mul"): "mul", ("addr", "add"): "acc_addr",
+                 ("addr", "mac"): "mac_addr", ("mem_io", "read"): "read_in", ("mem_io", "write"): "write_out",
+                 ("mem_weights", "read"): "read_weights", ("mem_bias", "read"): "read_bias",
+                 ("mem_pot", "read"): "read_potential", ("mem_pot", "write"): "write_potential"}
+QUALIA_BUFFER_OF = {"mem_io": "inout", "mem_weights": "params", "mem_bias": "params", "mem_pot": "potential"}
+
+
+def _qualia_cost(activity: LemaireActivity, costs: LemaireCosts, strict: bool) -> LemaireReport:
+    terms = activity.qualia_terms
+    memory = terms["memory"].astype(float).fillna(float(costs.snn_fifo_capacity_elements)).to_numpy()
+    per_op = {"add": costs.e_add_pj, "mac": costs.e_mul_pj + costs.e_add_pj, "mul": costs.e_mul_pj}
+    unit = np.where(terms["kind"].isin(["read", "write"]), costs.e_ram_pj(memory),
+                    terms["kind"].map(per_op).fillna(0.0).to_numpy(dtype=float))
+    priced = terms.assign(pj=terms["count"].to_numpy(dtype=float) * unit, memory=memory)
+    by_component = priced.groupby("component")["pj"].sum()
+    part = {c: float(by_component.get(c, 0.0)) for c in ("ops", "addr", "mem_pot", "mem_weights", "mem_bias", "mem_io")}
+    memory_pj = part["mem_pot"] + part["mem_weights"] + part["mem_bias"] + part["mem_io"]
+    counted = priced.groupby(["component", "kind"])["count"].sum()
+    stored = priced[priced["kind"].isin(["read", "write"])].assign(buffer=lambda f: f["component"].map(QUALIA_BUFFER_OF))
+    widest = stored.groupby("buffer")["memory"].max()
+    word = costs.qualia_mem_width_bits / 8
+    warnings = list(activity.qualia_warnings)
+    if not len(terms):
+        warnings.append("qualia: no Linear/Conv layer was selected: the Lemaire energy is 0")
+    return LemaireReport(
+        total_pj=part["ops"] + part["addr"] + memory_pj,
+        breakdown_pj={"ops_pj": part["ops"], "addressing_pj": part["addr"], "memory_pj": memory_pj,
+                      "inout_pj": part["mem_io"], "params_pj": part["mem_weights"] + part["mem_bias"],
+                      "potential_pj": part["mem_pot"], "weights_pj": part["mem_weights"], "bias_pj": part["mem_bias"]},
+        counts={name: float(counted.get(key, 0.0)) for key, name in QUALIA_COUNTS.items()},
+        buffer_sizes_bytes={f"{b}_buffer_bytes": math.ceil(widest.get(b, 0.0) * word)
+                            for b in ("inout", "params", "potential")},
+        warnings=warnings,
+        model_info=dict(QUALIA_MODEL_INFO),
+        config=_config(costs, strict) | {"timesteps": activity.timesteps},
+        convention="qualia",
+        energy_by_module={str(k): float(v) for k, v in priced.groupby("module", sort=False)["pj"].sum().items()},
+        energy_by_module_component={
+            str(module): {str(c): float(v) for c, v in group.groupby("component")["pj"].sum().items()}
+            for module, group in priced.groupby("module", sort=False)},
+    )
