@@ -153,6 +153,29 @@ def register(main: click.Group) -> None:
         for key, value in preset.flat().items():
             click.echo(f"  {key} = {value} {preset.units.get(key, '')}".rstrip())
 
+    @presets.command("import-zigzag")
+    @click.argument("hardware", type=click.Path())
+    @click.option("--base", default="neuromc-like-v1", show_default=True, help="The NeuroMC preset to derive from.")
+    @click.option("--map", "pairs", multiple=True, metavar="ZIGZAG=INSTANCE",
+                  help="Put ZigZag memory ZIGZAG in place of NeuroMC instance INSTANCE (default: same names).")
+    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The preset TOML to write.")
+    def import_zigzag(hardware, base, pairs, out):
+        """Derive a NeuroMC preset whose memories come from a ZigZag hardware YAML."""
+        from pathlib import Path
+
+        from analyze.energy.zigzag import preset_from_zigzag, preset_toml
+
+        mapping = {}
+        for pair in pairs:
+            source, sep, target = pair.partition("=")
+            if not sep:
+                raise click.UsageError(f"--map {pair!r}: expected ZIGZAG=INSTANCE")
+            mapping[source.strip()] = target.strip()
+        preset = preset_from_zigzag(hardware, base, mapping or None)
+        Path(out).write_text(preset_toml(preset))
+        read_preset_file(out)  # what we wrote loads back
+        click.echo(f"wrote {out}: {preset.name} ({len(preset.overrides)} parameters from {hardware})")
+
     @presets.command("validate")
     @click.argument("path", type=click.Path())
     def validate(path):

@@ -30,7 +30,7 @@ from analyze.counters import count  # noqa: E402
 from analyze.energy import energy  # noqa: E402
 
 COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_pj": "#C44E52",
-                     "neuron_state_memory_pj": "#8172B2"}
+                     "neuron_state_memory_pj": "#8172B2", "total_pj": "#937860"}
 
 
 def _energy_unit(values) -> tuple[float, str]:
@@ -52,15 +52,22 @@ def _layer_ticks(axes, names) -> None:
     axes.set_xticks(range(len(names)), _short(list(names)), rotation=90)
 
 
+def _by_module_component(report) -> dict[str, dict[str, float]]:
+    """{module: {component: pJ}}; a model without a component split gives one 'total' part."""
+    split = getattr(report, "energy_by_module_component", None)
+    return split if split else {m: {"total_pj": v} for m, v in (getattr(report, "energy_by_module", {}) or {}).items()}
+
+
 def _leaf_modules(report) -> list[str]:
-    scopes = list(report.energy_by_module_component)
+    scopes = list(_by_module_component(report))
     return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
 
 
 def energy_by_layer(trace, model: str = "compute", preset=None, **options):
     report = energy(trace, model, preset, **options)
     layers = _leaf_modules(report)
-    table = pd.DataFrame({layer: report.energy_by_module_component[layer] for layer in layers}).T.fillna(0.0)
+    split = _by_module_component(report)
+    table = pd.DataFrame({layer: split[layer] for layer in layers}).T.fillna(0.0)
     table = table[[c for c in COMPONENT_COLOURS if c in table.columns]]
     scale, unit = _energy_unit(table.sum(axis=1).to_numpy())
     figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(layers) + 3), 5), layout="constrained")

@@ -1,0 +1,233 @@
+"""Costing: NeuroMC activity x a preset -> SpikingJelly's NeuroMCRuntimeEnergyReport.
+
+Per fragment: MAC energy = MACs x mac_cost_pj[core type]; extra compute = primitive counts
+x extra_op_cost_pj; memory = sum over its terms of bits / bandwidth x cost per access (read
+bandwidth and cost for rh2l/rl2h, write ones for wh2l/wl2h). The preset decides weight
+reuse (a reuse stage's weights fit the core's weight SRAM: the weight loads are skipped)
+and which levels/directions count (the zero_* flags). Work the preset cannot price (an
+instance it lacks, a core or primitive without a cost) is reported in `uncosted`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import pandas as pd
+
+from analyze.energy import neuromc_rules as rules
+from analyze.energy.neuromc_costs import Costs
+
+UNCOSTED_COLUMNS = ("kind", "name", "calls", "input_elements", "output_elements", "bytes_read", "bytes_written",
+                    "bits", "stages", "modules", "reason")
+
+
+@dataclass
+class Report:
+    """SpikingJelly 2.0.0 NeuroMCRuntimeEnergyReport fields, then spiketrace's additions:
+    energy_by_module (module path -> pJ) and uncosted (work no rule or preset prices, ranked)."""
+
+    energy_total_pj: float = 0.0
+    energy_compute_pj: float = 0.0
+    energy_memory_pj: float = 0.0
+    energy_by_stage: dict[str, float] = field(default_factory=dict)
+    energy_by_op: dict[str, float] = field(default_factory=dict)
+    primitive_counts: dict[str, Any] = field(default_factory=dict)
+    memory_bits_by_level: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    energy_mac_pj: float = 0.0
+    energy_base_memory_pj: float = 0.0
+    energy_extra_memory_pj: float = 0.0
+    energy_extra_compute_pj: float = 0.0
+    energy_by_core_type: dict[str, float] = field(default_factory=dict)
+    energy_by_process_key: dict[str, float] = field(default_factory=dict)
+    energy_by_memory_level_dir: dict[str, dict[str, float]] = field(default_factory=dict)
+    counts_by_core_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    counts_by_process_key: dict[str, dict[str, int]] = field(default_factory=dict)
+    mapping_summary: list[dict[str, Any]] = field(default_factory=list)
+    model_info: dict[str, Any] | None = None
+    memory_config: Costs | None = None
+    energy_by_module: dict[str, float] = field(default_factory=dict)
+    uncosted: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(UNCOSTED_COLUMNS)))
+
+    def to_frame(self) -> pd.DataFrame:
+        """Tidy rows: breakdown (total/component/stage/op/core_type/process_key/memory/module/
+        count/uncosted), key, pj, count."""
+        rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
+        rows += [("component", k, getattr(self, k), None) for k in (
+            "energy_compute_pj", "energy_memory_pj", "energy_mac_pj", "energy_extra_compute_pj",
+            "energy_base_memory_pj", "energy_extra_memory_pj")]
+        for name, values in (("stage", self.energy_by_stage), ("op", self.energy_by_op),
+                             ("core_type", self.energy_by_core_type), ("process_key", self.energy_by_process_key),
+                             ("module", self.energy_by_module)):
+            rows += [(name, k, v, None) for k, v in values.items()]
+        bits = self.memory_bits_by_level.get("by_level_dir", {})
+        for level, directions in bits.items():
+            for direction, n in directions.items():
+                pj = self.energy_by_memory_level_dir.get(level, {}).get(direction)
+                rows.append(("memory", f"{level}.{direction}", pj, n))
+        rows += [("count", k, None, v) for k, v in self.primitive_counts.get("totals", {}).items()]
+        rows += [("uncosted", f"{r.kind}:{r.name}", None, r.calls) for r in self.uncosted.itertuples()]
+        return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
+
+    def to_json(self) -> dict:
+        document = {f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("memory_config", "uncosted", "model_info")}
+        document["model_info"] = {k: list(v) if isinstance(v, tuple) else v for k, v in (self.model_info or {}).items()}
+        if self.memory_config is not None:
+            config = asdict(self.memory_config)
+            config["level_order"] = list(config["level_order"])
+            document["memory_config"] = config
+        document["uncosted"] = self.uncosted.astype(object).where(self.uncosted.notna(), None).to_dict("records")
+        return document
+
+
+def _nested(frame: pd.DataFrame, outer: str, inner: str, value: str, cast) -> dict:
+    return {str(k): {str(i): cast(v) for i, v in zip(g[inner], g[value])} for k, g in frame.groupby(outer, sort=False)}
+
+
+def _memory_energy(activity, costs: Costs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(costed terms with pj, uncosted bits per instance) after the preset's reuse and flags."""
+    f, terms = activity.fragments, activity.memory
+    specs = pd.DataFrame([asdict(s) for s in costs.memory_instances.values()],
+                         columns=["name", "size_bits", "datawidth", "r_bw", "w_bw", "r_cost", "w_cost"]).set_index("name")
+    fits = f["weight_bits"] <= f["weight_instance"].map(specs["size_bits"]).astype("float64")
+    reused = (f["reuse_stage"] & fits.fillna(False)).to_numpy()
+    row = terms["row"].to_numpy()
+    drop = terms["weight_load"].to_numpy() & reused[row] if len(terms) else pd.Series(dtype=bool)
+    level, direction = terms["level"], terms["direction"]
+    drop = drop | ((level == "dram") & costs.zero_dram_in_paper_energy) | ((level == "noc") & costs.zero_noc_in_paper_energy) \
+        | ((level == "sram") & costs.zero_sram_high_directions & direction.isin(["rl2h", "wh2l"]))
+    terms = terms[~drop].copy()
+    read = terms["direction"].str.startswith("r")
+    spec = specs.reindex(terms["instance"])
+    bandwidth = spec["r_bw"].where(read.to_numpy(), spec["w_bw"]).to_numpy()
+    per_access = spec["r_cost"].where(read.to_numpy(), spec["w_cost"]).to_numpy()
+    terms["pj"] = terms["bits"].to_numpy() / bandwidth * per_access
+    known = terms["instance"].isin(specs.index)
+    missing = terms[~known].groupby("instance", as_index=False)["bits"].sum()
+    return terms, missing
+
+
+def _uncosted(activity, missing: pd.DataFrame, f: pd.DataFrame, costs: Costs) -> pd.DataFrame:
+    extra = []
+    for r in missing.itertuples():
+        extra.append({"kind": "memory_instance", "name": r.instance, "bits": int(r.bits),
+                      "reason": "the preset has no such memory instance"})
+    no_mac_cost = f[(f["mac_count"] > 0) & ~f["core_type"].isin(list(costs.mac_cost_pj))]
+    for core, group in no_mac_cost.groupby("core_type"):
+        extra.append({"kind": "mac", "name": core, "calls": int(group["fragment_id"].nunique()),
+                      "input_elements": int(group["mac_count"].sum()), "reason": "the preset has no MAC cost for this core"})
+    for primitive in rules.PRIMITIVES:
+        if primitive not in costs.extra_op_cost_pj and f[primitive].sum() > 0:
+            extra.append({"kind": "primitive", "name": primitive, "calls": int((f[primitive] > 0).sum()),
+                          "input_elements": int(f[primitive].sum()), "reason": "the preset has no cost for this primitive"})
+    frame = pd.concat([activity.uncosted, pd.DataFrame(extra)], ignore_index=True) if extra else activity.uncosted.copy()
+    for column in UNCOSTED_COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    for column in ("calls", "input_elements", "output_elements", "bytes_read", "bytes_written", "bits"):
+        frame[column] = pd.to_numeric(frame[column]).round().astype("Int64")
+    volume = frame[["bytes_read", "bytes_written"]].fillna(0).sum(axis=1) + frame["bits"].fillna(0) / 8
+    return frame.assign(_v=volume).sort_values(["_v", "calls"], ascending=False, kind="stable")[
+        list(UNCOSTED_COLUMNS)].reset_index(drop=True)
+
+
+def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report:
+    if strict:
+        missing = costs.missing_instances()
+        if missing:
+            raise ValueError(f"Missing required NeuroMC memory instances: {missing}.")
+        if activity.refusals:
+            raise ValueError(activity.refusals[0])
+    f = activity.fragments
+    terms, missing = _memory_energy(activity, costs)
+    rows = len(f)
+    index = range(rows)
+    by_row = {component: terms[terms["component"] == component].groupby("row")["pj"].sum().reindex(index, fill_value=0.0)
+              for component in ("base", "extra")}
+    mac_pj = f["mac_count"] * f["core_type"].map(costs.mac_cost_pj).fillna(0.0) if rows else pd.Series(dtype=float)
+    extra_pj = sum((f[p] * costs.extra_op_cost_pj.get(p, 0.0) for p in rules.PRIMITIVES), pd.Series(0.0, index=f.index))
+    frame = f.assign(mac_pj=mac_pj, extra_compute_pj=extra_pj, base_pj=by_row["base"].to_numpy(),
+                     extra_memory_pj=by_row["extra"].to_numpy())
+    frame["pj"] = frame["mac_pj"] + frame["extra_compute_pj"] + frame["base_pj"] + frame["extra_memory_pj"]
+    uncosted = _uncosted(activity, missing, f, costs)
+    warnings = list(activity.warnings)
+    if len(uncosted):
+        warnings.append(f"{len(uncosted)} kinds of work are uncosted (see report.uncosted); the totals cover the rest")
+        if strict:
+            raise ValueError(f"uncosted work: {uncosted.iloc[0]['kind']} {uncosted.iloc[0]['name']}")
+
+    def energy_by(column):
+        return {str(k): float(v) for k, v in frame.groupby(column, sort=False)["pj"].sum().items()}
+
+    def counts_by(column):
+        grouped = frame.groupby(column, sort=False)
+        counts = grouped.agg(fragments=("fragment_id", "nunique"), mac=("mac_count", "sum"),
+                             **{p: (p, "sum") for p in rules.PRIMITIVES})
+        return {str(k): {c: int(v) for c, v in values.items()} for k, values in counts.to_dict("index").items()}
+
+    def primitives_by(column):
+        sums = frame.groupby(column, sort=False)[list(rules.PRIMITIVES)].sum()
+        return {str(k): {p: int(v) for p, v in values.items()} for k, values in sums.to_dict("index").items()}
+
+    bits = terms.groupby(["level", "direction"], as_index=False, sort=False)["bits"].sum()
+    energy_terms = terms[terms["pj"].notna()].groupby(["level", "direction"], as_index=False, sort=False)["pj"].sum()
+    totals = {p: int(frame[p].sum()) for p in rules.PRIMITIVES} | {"mac": int(frame["mac_count"].sum())}
+    energy_mac, energy_extra = float(frame["mac_pj"].sum()), float(frame["extra_compute_pj"].sum())
+    energy_base, energy_extra_memory = float(frame["base_pj"].sum()), float(frame["extra_memory_pj"].sum())
+    return Report(
+        energy_total_pj=energy_mac + energy_extra + energy_base + energy_extra_memory,
+        energy_compute_pj=energy_mac + energy_extra,
+        energy_memory_pj=energy_base + energy_extra_memory,
+        energy_by_stage=energy_by("stage"),
+        energy_by_op=energy_by("op_name"),
+        primitive_counts={"totals": totals, "by_stage": primitives_by("stage"), "by_op": primitives_by("op_name")},
+        memory_bits_by_level={
+            "preset_name": costs.preset_name,
+            "totals": {str(k): int(v) for k, v in bits.groupby("level", sort=False)["bits"].sum().items()},
+            "by_level_dir": _nested(bits, "level", "direction", "bits", int),
+        },
+        warnings=warnings,
+        energy_mac_pj=energy_mac,
+        energy_base_memory_pj=energy_base,
+        energy_extra_memory_pj=energy_extra_memory,
+        energy_extra_compute_pj=energy_extra,
+        energy_by_core_type=energy_by("core_type"),
+        energy_by_process_key=energy_by("process_key"),
+        energy_by_memory_level_dir=_nested(energy_terms, "level", "direction", "pj", float),
+        counts_by_core_type=counts_by("core_type"),
+        counts_by_process_key=counts_by("process_key"),
+        mapping_summary=mapping_summary(f, with_groups=activity.compat != "spikingjelly"),
+        model_info=dict(rules.MODEL_INFO),
+        memory_config=costs,
+        energy_by_module={str(k): float(v) for k, v in frame.groupby("module", sort=False)["pj"].sum().items()},
+        uncosted=uncosted,
+    )
+
+
+def mapping_summary(f: pd.DataFrame, *, with_groups: bool) -> list[dict[str, Any]]:
+    """One entry per fragment (optimizer parts summed), SpikingJelly's keys; `G` joins the
+    loop dims outside compat mode."""
+    if not len(f):
+        return []
+    first = ["stage", "phase", "op_name", "core_type", "process_key", "input_precision_bits", "weight_precision_bits",
+             "output_precision_bits", "B", "T", "C", "OY", "OX", "FY", "G", "b_type", "t_type", "source",
+             "optimizer_has_momentum", "optimizer_has_weight_decay", "optimizer_has_momentum_buffer", "order"]
+    grouped = f.groupby("fragment_id", sort=False)
+    summary = grouped[first].first().join(grouped[["K", "FX", "mac_count"]].sum()).sort_values("order", kind="stable")
+    dims = [*rules.LOOP_DIMS, *(["G"] if with_groups else [])]
+    entries = []
+    for r in summary.to_dict("records"):
+        entries.append({
+            "stage": r["stage"], "phase": r["phase"], "op_name": r["op_name"], "core_type": r["core_type"],
+            "process_key": r["process_key"], "input_precision_bits": int(r["input_precision_bits"]),
+            "weight_precision_bits": int(r["weight_precision_bits"]), "output_precision_bits": int(r["output_precision_bits"]),
+            "loop_dims": {d: int(r[d]) for d in dims}, "b_type": int(r["b_type"]), "t_type": int(r["t_type"]),
+            "mac_count": int(r["mac_count"]), "source": r["source"],
+            "optimizer_has_momentum": bool(r["optimizer_has_momentum"]),
+            "optimizer_has_weight_decay": bool(r["optimizer_has_weight_decay"]),
+            "optimizer_has_momentum_buffer": bool(r["optimizer_has_momentum_buffer"]),
+        })
+    return entries
+
