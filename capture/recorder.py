@@ -153,7 +153,6 @@ class Recorder:
         self._scope_id = 0
         self._memory_snapshots: dict[int, tuple] = {}
         self._steps_recorded: set[int] = set()
-        self._forward_calls: dict[int, int] = {}
         self._stateful_generation = -1
         self._active_stateful: list = []  # (module_id, module) of active neurons, per tracker generation
 
@@ -346,7 +345,8 @@ class Recorder:
             )
 
     # -- module hooks and neuron memories ---------------------------------------------------------
-    def _on_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad) -> None:
+    def _on_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
+                         call_index: int) -> None:
         module_id = self.catalog.module_id(module, tracker_name=tracker_name)
         if not self.recording:
             return
@@ -361,7 +361,7 @@ class Recorder:
                 kind=kind,
                 module_id=module_id,
                 tracker_name=tracker_name,
-                call_index=self._call_index(module_id, kind),
+                call_index=call_index,
                 step=self.step_index,
                 stage_id=stage.stage_id if stage else None,
                 stage=stage.name if stage else "unlabeled",
@@ -376,12 +376,6 @@ class Recorder:
             )
             if kind == "forward_post" and module_id in self.catalog.stateful:
                 self._snapshot(seq, module_id, module, force=True)
-
-    def _call_index(self, module_id: int, kind: str) -> int:
-        counts = self._forward_calls
-        if kind == "forward_pre":
-            counts[module_id] = counts.get(module_id, 0) + 1
-        return counts.get(module_id, 1) - 1
 
     def snapshot_memories(self, seq: int) -> None:
         """Record the memories of active stateful neurons whenever they changed (NeuronState replay)."""

@@ -22,7 +22,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-# on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad)
+# on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool], None]
 
 
@@ -40,6 +40,10 @@ class ScopeTracker(ModuleTracker):
         self.generation = 0
         # Per module, a stack of "did the inputs of this forward call require grad?".
         self._inputs_require_grad: dict[torch.nn.Module, list[bool]] = {}
+        # forward calls per module, and the indexes of calls still open (recursion nests them):
+        # backward events carry the index of the forward call whose graph they belong to
+        self._calls: dict[torch.nn.Module, int] = {}
+        self._open_calls: dict[torch.nn.Module, list[int]] = {}
 
     def _maybe_set_engine_callback(self) -> None:
         if self._has_callback:
@@ -72,12 +76,15 @@ class ScopeTracker(ModuleTracker):
         self._enter(module, name, False)
         tensors = _tensors(args)
         grad_inputs = [t for t in tensors if t.requires_grad]
-        self.on_event("forward_pre", module, name, tensors, [], bool(grad_inputs))
+        call = self._calls.get(module, 0)
+        self._calls[module] = call + 1
+        self._open_calls.setdefault(module, []).append(call)
+        self.on_event("forward_pre", module, name, tensors, [], bool(grad_inputs), call)
         if grad_inputs:
 
             def inputs_grads_ready(grads) -> None:
                 self._exit(module, name)
-                self.on_event("backward_post", module, name, list(grads), [], True)
+                self.on_event("backward_post", module, name, list(grads), [], True, call)
 
             self._hooks.append(register_multi_grad_hook(grad_inputs, inputs_grads_ready))
         self._inputs_require_grad.setdefault(module, []).append(bool(grad_inputs))
@@ -87,18 +94,20 @@ class ScopeTracker(ModuleTracker):
         self._exit(module, name)
         pending = self._inputs_require_grad.get(module)
         inputs_require_grad = pending.pop() if pending else False
+        open_calls = self._open_calls.get(module)
+        call = open_calls.pop() if open_calls else max(self._calls.get(module, 1) - 1, 0)
         outputs = _tensors(output)
-        self.on_event("forward_post", module, name, outputs, _tensors(kwargs), inputs_require_grad)
+        self.on_event("forward_post", module, name, outputs, _tensors(kwargs), inputs_require_grad, call)
         grad_outputs = [t for t in outputs if t.requires_grad]
         if grad_outputs:
 
             def output_grads_ready(grads) -> None:
                 self._enter(module, name, True)
-                self.on_event("backward_pre", module, name, list(grads), [], inputs_require_grad)
+                self.on_event("backward_pre", module, name, list(grads), [], inputs_require_grad, call)
                 if not inputs_require_grad:
                     # No input grad will ever arrive; a full backward hook fires now, with
                     # grad_input None, so the backward-post event is emitted here too.
-                    self.on_event("backward_post", module, name, [], [], False)
+                    self.on_event("backward_post", module, name, [], [], False, call)
 
             self._hooks.append(register_multi_grad_hook(grad_outputs, output_grads_ready))
 

@@ -127,7 +127,7 @@ MODULE_EVENTS = table(
     field("kind", _str, "forward_pre, forward_post, backward_pre (grads of outputs ready) or backward_post (grads of inputs ready, or right after backward_pre when no input requires grad).", False),
     field("module_id", pa.int32(), "modules.module_id.", False),
     field("tracker_name", _str, "The tracker's name for the module at this moment.", False),
-    field("call_index", pa.int32(), "How many times this module's forward had started before this call (pairs backward events with their forward).", False),
+    field("call_index", pa.int32(), "How many times this module's forward had started before this call (while the recorder was open, suspended or not); backward events carry the index of the forward call whose graph they differentiate.", False),
     field("step", pa.int32(), "Recorder step index.", False),
     field("stage_id", pa.int32(), "Enclosing stage instance, null when unlabeled."),
     field("stage", _str, "Enclosing stage name or 'unlabeled'.", False),

@@ -96,3 +96,25 @@ def test_forward_only_scopes(tmp_path):
     ids = recorder.catalog.ids
     expected = [(op, parents, frozenset(ids[id(m)] for m in active)) for op, parents, active in probe.rows]
     assert recorded_scopes(tmp_path / "trace", ids) == expected
+
+
+def test_backward_events_carry_their_forward_calls_index(tmp_path):
+    """A module called twice: each backward pair belongs to one forward call, the later call's
+    gradients arriving first."""
+    import torch
+    from torch import nn
+
+    from analyze import open_trace
+    from capture import Recorder
+
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(shared, nn.Tanh(), shared)
+    with Recorder(tmp_path / "trace", model=model):
+        model(torch.rand(2, 3, requires_grad=True)).sum().backward()
+    with open_trace(tmp_path / "trace") as trace:
+        rows = trace.sql("""SELECT kind, call_index FROM module_events e JOIN modules m USING (rank, module_id)
+                            WHERE m.path = 'Sequential.0' ORDER BY seq""")
+    assert list(zip(rows["kind"], rows["call_index"])) == [
+        ("forward_pre", 0), ("forward_post", 0), ("forward_pre", 1), ("forward_post", 1),
+        ("backward_pre", 1), ("backward_post", 1), ("backward_pre", 0), ("backward_post", 0),
+    ]
