@@ -68,14 +68,15 @@ def energy_by_layer(trace, model: str = "compute", preset=None, **options):
     layers = _leaf_modules(report)
     split = _by_module_component(report)
     table = pd.DataFrame({layer: split[layer] for layer in layers}).T.fillna(0.0)
-    table = table[[c for c in COMPONENT_COLOURS if c in table.columns]]
+    known = [c for c in COMPONENT_COLOURS if c in table.columns]
+    table = table[known + [c for c in table.columns if c not in known]]  # a model's own components last
     scale, unit = _energy_unit(table.sum(axis=1).to_numpy())
     figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(layers) + 3), 5), layout="constrained")
     bottom = np.zeros(len(table))
     for component in table.columns:
         values = table[component].to_numpy() / scale
         axes.bar(range(len(table)), values, bottom=bottom, label=component.removesuffix("_pj").replace("_", " "),
-                 color=COMPONENT_COLOURS[component])
+                 color=COMPONENT_COLOURS.get(component))
         bottom += values
     _layer_ticks(axes, table.index)
     axes.set_ylabel(f"energy ({unit})")

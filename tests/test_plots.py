@@ -150,3 +150,15 @@ def test_plot_cli_sweep_and_errors(trace_path, tmp_path):
     missing = runner.invoke(main, ["plot", str(trace_path), "sweep", "--recost", str(table), "--x", "nope",
                                    "--out", str(tmp_path / "s.svg")])
     assert missing.exit_code == 2 and "no swept column 'nope'" in missing.output
+
+
+def test_neuromc_layers_split_into_compute_and_memory_levels(trace_path):
+    with open_trace(trace_path) as trace:
+        report = energy(trace, "neuromc")
+        figure = plots.energy_by_layer(trace, "neuromc")
+    for module, parts in report.energy_by_module_component.items():
+        assert sum(parts.values()) == pytest.approx(report.energy_by_module[module], rel=1e-9)
+        assert any(p.endswith("_memory_pj") for p in parts) and "mac_pj" in parts
+    labels = {t.get_text() for t in figure.axes[0].get_legend().get_texts()}
+    assert {"mac", "sram memory"} <= labels
+    check(figure, "Energy per layer", "(")

@@ -48,6 +48,8 @@ class Report:
     model_info: dict[str, Any] | None = None
     memory_config: Costs | None = None
     energy_by_module: dict[str, float] = field(default_factory=dict)
+    # module -> {component: pJ}: mac_pj, extra_compute_pj and one <level>_memory_pj per memory level
+    energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
     uncosted: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(UNCOSTED_COLUMNS)))
 
     def to_frame(self) -> pd.DataFrame:
@@ -202,8 +204,26 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         model_info=dict(rules.MODEL_INFO),
         memory_config=costs,
         energy_by_module={str(k): float(v) for k, v in frame.groupby("module", sort=False)["pj"].sum().items()},
+        energy_by_module_component=_module_components(frame, terms),
         uncosted=uncosted,
     )
+
+
+def _module_components(frame: pd.DataFrame, terms: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per module: compute (MAC, extra primitives) and memory energy by level."""
+    if not len(frame):
+        return {}
+    parts = [frame.groupby("module", sort=False)[["mac_pj", "extra_compute_pj"]].sum().stack()]
+    priced = terms[terms["pj"].notna()]
+    if len(priced):
+        module_of = frame["module"].reset_index(drop=True)
+        by_level = priced.assign(module=priced["row"].map(module_of), part=priced["level"] + "_memory_pj")
+        parts.append(by_level.groupby(["module", "part"], sort=False)["pj"].sum())
+    result: dict[str, dict[str, float]] = {}
+    for part in parts:
+        for (module, component), pj in part.items():
+            result.setdefault(str(module), {})[str(component)] = float(pj)
+    return result
 
 
 def mapping_summary(f: pd.DataFrame, *, with_groups: bool) -> list[dict[str, Any]]:
