@@ -19,6 +19,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from analyze.energy.presets import Preset, PresetError, list_presets, load_preset
@@ -83,6 +84,11 @@ def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]
     `preset` column and one column per swept key. The trace is mapped once."""
     module = _model(model)
     chosen = [_preset_for(model, p) for p in (presets or [])]
+    bulk = getattr(import_module(f"{MODELS[model]}_sweep"), "sweep_totals", None) \
+        if sweep and find_spec(f"{MODELS[model]}_sweep") else None
+    if bulk is not None:
+        return _bulk_recost(trace, module, bulk, chosen, _preset_for(model, base), sweep, stage=stage, compat=compat,
+                            ignore_modules=ignore_modules, strict=strict, progress=progress, **options)
     if sweep:
         chosen += sweep_presets(_preset_for(model, base), sweep)
     if not chosen:
@@ -98,3 +104,27 @@ def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]
             frame[key] = preset.flat().get(key)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def _bulk_recost(trace, module, bulk, presets, base: Preset, sweep, *, progress=None, **options) -> pd.DataFrame:
+    """A sweep costed in one vectorised call (models with a <model>_sweep.sweep_totals): every
+    distinct value is validated once through the preset rules, then the cartesian product is
+    costed as arrays; rows carry the totals (energy_total/compute/memory_pj)."""
+    activity = module.activity(trace, **options)
+    keys = list(sweep)
+    columns = {}
+    for key in keys:
+        values = [base.derive({key: v}).flat()[key] for v in sweep[key]]  # unit and sign checks, once per value
+        columns[key] = values
+    grids = np.meshgrid(*(np.asarray(columns[k], dtype=float) for k in keys), indexing="ij")
+    flat = {k: g.ravel() for k, g in zip(keys, grids)}
+    totals = bulk(activity, base.costs(), flat)
+    labels = [f"{base.name}[" + ",".join(f"{k}={flat[k][i]:g}" for k in keys) + "]" for i in range(len(totals))]
+    wide = totals.assign(preset=labels, **flat)
+    frame = wide.melt(id_vars=["preset", *keys], var_name="key", value_name="pj").assign(breakdown="total")
+    frame = frame[["preset", "breakdown", "key", "pj", *keys]]
+    if presets:
+        singles = [module.cost(activity, p.costs(), compat=options.get("compat"), strict=options.get("strict", False))
+                   .to_frame().assign(preset=p.name) for p in (progress(presets) if progress else presets)]
+        frame = pd.concat([*(s[s["breakdown"] == "total"] for s in singles), frame], ignore_index=True)
+    return frame

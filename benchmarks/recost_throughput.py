@@ -1,0 +1,150 @@
+"""Re-costing one trace under 10,000 NeuroMC presets, beside SpikingJelly's per-preset get_report().
+
+    python benchmarks/recost_throughput.py [--workload vgg] [--presets 10000] [--repeats 3]
+
+1. Capture one training step of a spiking VGG-style net (benchmarks/workloads.py) with
+   Recorder, and, in a separate run of the same seeded net, with SpikingJelly's
+   NeuroMCEnergyProfiler (its probes would otherwise reach the recorder).
+2. spiketrace: the mapper once (neuromc.activity), then analyze.energy.recost over a
+   10 x 10 x 10 x 10 sweep of SRAM and DRAM read energies and bandwidths (10,000 presets);
+   and the whole recost call, mapper included. Medians of --repeats.
+3. SpikingJelly: get_report() per preset on the already-profiled profiler, its preset check
+   and unsupported-op refusal bypassed, over --reference-presets presets; per-preset ms.
+
+Targets: the 10,000 presets cost in < 1 s, >= 15x the reference's per-preset speed, no model
+run; the whole recost call < 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import WORKLOADS  # noqa: E402
+
+from analyze import open_trace  # noqa: E402
+from analyze.energy import neuromc, recost  # noqa: E402
+from capture import Recorder  # noqa: E402
+from spikingjelly.activation_based import functional  # noqa: E402
+from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler  # noqa: E402
+
+SRAM, DRAM = "sram_fp_conv_in_w", "dram"
+
+
+def training_step(stage, model, x, target, loss_fn, optimizer):
+    with stage("forward"):
+        out = model(x)
+    loss = loss_fn(out, target)
+    with stage("backward"):
+        loss.backward()
+    with stage("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad()
+    functional.reset_net(model)
+
+
+def build(workload: str):
+    torch.manual_seed(0)
+    model, x, target, loss_fn = WORKLOADS[workload]()
+    return model, x, target, loss_fn, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def capture(workload: str, path: Path) -> None:
+    model, x, target, loss_fn, optimizer = build(workload)
+    with Recorder(path, model=model, optimizer=optimizer) as recorder:
+        training_step(lambda name: recorder.stage(name, phase=name), model, x, target, loss_fn, optimizer)
+
+
+def reference(workload: str, n: int) -> tuple[float, float]:
+    """(profiled step seconds, median ms per get_report() under a new preset)."""
+    model, x, target, loss_fn, optimizer = build(workload)
+    profiler = NeuroMCEnergyProfiler()
+    profiler.bind_model(model)
+    profiler.bind_optimizer(optimizer)
+    started = time.perf_counter()
+    with profiler:
+        def stage(name):
+            return profiler.stage(name, phase=name)
+
+        with stage("forward"):
+            out = model(x)
+        loss = loss_fn(out, target)
+        with stage("backward"):
+            loss.backward()
+        with stage("optimizer"):
+            profiler.record_optimizer_step("optimizer")
+            optimizer.step()
+    profiled = time.perf_counter() - started
+    profiler._unsupported_ops = lambda: []  # bypass its refusal of ops it has no rule for
+    config = profiler.memory_config
+    config.validate = lambda: None  # and its preset check
+    base = dict(config.memory_instances)
+    times = []
+    for i in range(n):
+        config.memory_instances[SRAM] = dataclasses.replace(base[SRAM], r_cost=1.0 + i * 0.01)
+        started = time.perf_counter()
+        profiler.get_report()
+        times.append(time.perf_counter() - started)
+    return profiled, 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="vgg")
+    parser.add_argument("--presets", type=int, default=10_000, help="a perfect 4th power: 10 x 10 x 10 x 10")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--reference-presets", type=int, default=20)
+    args = parser.parse_args()
+    side = round(args.presets ** 0.25)
+    sweep = {
+        f"memory_instances.{SRAM}.r_cost": list(np.linspace(1.0, 10.0, side)),
+        f"memory_instances.{SRAM}.r_bw": list(np.linspace(8.0, 64.0, side)),
+        f"memory_instances.{DRAM}.r_cost": list(np.linspace(100.0, 1000.0, side)),
+        f"memory_instances.{DRAM}.r_bw": list(np.linspace(16.0, 256.0, side)),
+    }
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "trace"
+        started = time.perf_counter()
+        capture(args.workload, path)
+        capture_s = time.perf_counter() - started
+        mapper, costing, whole = [], [], []
+        with open_trace(path) as trace:
+            events = trace.count("events")
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                neuromc.activity(trace)
+                mapper.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                frame = recost(trace, "neuromc", sweep=sweep)
+                whole.append(time.perf_counter() - started)
+                costing.append(whole[-1] - mapper[-1])
+        presets = frame["preset"].nunique()
+    profiled_s, reference_ms = reference(args.workload, args.reference_presets)
+    ours_ms = 1e3 * statistics.median(costing) / presets
+    print(f"workload {args.workload}: {events:,} events captured in {capture_s:.2f} s; {presets:,} presets; "
+          f"medians of {args.repeats}")
+    print("| step | spiketrace | SpikingJelly 2.0.0 |\n|---|---|---|")
+    print(f"| model run | none (trace captured once) | {profiled_s:.2f} s profiled step per trace |")
+    print(f"| mapper (once) | {statistics.median(mapper):.3f} s | - |")
+    print(f"| cost {presets:,} presets (whole call minus mapper) | {statistics.median(costing):.3f} s ({ours_ms * 1e3:.1f} us/preset) | "
+          f"{reference_ms * presets / 1e3:.1f} s extrapolated ({reference_ms:.2f} ms/preset, "
+          f"{args.reference_presets} measured) |")
+    print(f"| whole recost call | {statistics.median(whole):.3f} s | - |")
+    speedup = reference_ms / ours_ms
+    print(f"\nper-preset speed-up: {speedup:,.0f}x")
+    print(f"targets: {presets:,} presets < 1 s: {'met' if statistics.median(costing) < 1 else 'NOT met'}; "
+          f">= 15x: {'met' if speedup >= 15 else 'NOT met'}; whole call < 2 s: "
+          f"{'met' if statistics.median(whole) < 2 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
