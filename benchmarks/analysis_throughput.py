@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -42,10 +43,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze import open_trace  # noqa: E402
-from analyze.counters import COUNTERS, count  # noqa: E402
-from capture.writer import TraceWriter  # noqa: E402
-from schemas.tables import TABLES  # noqa: E402
+from analyze import open_trace
+from analyze.counters import COUNTERS, count
+from capture.writer import TraceWriter
+from schemas.tables import TABLES
 
 SHARED = ("scopes", "modules")  # written once: every tile refers to the same scope and module ids
 # table -> column -> its span: tile k adds k * span, span = 1 + the largest value in the captured steps
@@ -70,7 +71,12 @@ def capture(workload: str, steps: int, path: Path, repeats: int) -> tuple[int, f
     """Record `steps` steps into `path`; then median seconds of `steps` steps plain and under SJ's counters."""
     import torch
     from spikingjelly.activation_based.op_counter import (
-        ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
+        ACCounter,
+        DispatchCounterMode,
+        FlopCounter,
+        MACCounter,
+        MemoryAccessCounter,
+        SynOpCounter,
     )
 
     from benchmarks.workloads import make, train_step
@@ -163,38 +169,74 @@ def measure(path: Path, counters, repeats: int, child: bool = False) -> dict:
             "range": (min(counts[1:]), max(counts[1:])), "hwm_mb": hwm_kb / 1024}
 
 
-class ProfiledConnection:
-    """Stands in for trace.con inside count(): seconds per kind of statement (execute, then fetch)
-    and DuckDB's operator profile of the slowest statement. Knows nothing of count()'s SQL but
-    the names of its temp tables and two markers of its per-counter queries."""
+# Kinds of count()'s statements, by a marker of their SQL (first match wins).
+STATEMENT_KINDS = (
+    ("GROUP BY rank, op", "chunks and ops"),
+    ("FROM event_tensors", "tensor uses"),
+    ("FROM tensor_states", "tensor states"),
+    ("FROM op_stats", "op statistics"),
+    ("FROM events", "events"),
+    ("spiketrace_json_strings", "JSON reads"),
+    ("op_facts_table", "rules (partition passes)"),
+    ("counter_partials", "scope attribution"),
+)
 
-    def __init__(self, con, output: Path) -> None:
-        self.con, self.output, self.kind, self.seconds, self.slowest = con, output, "", {}, (0.0, "", [])
+
+class ProfiledConnection:
+    """Stands in for trace.con inside count(): seconds per kind of statement (execute and fetch)
+    and DuckDB's operator profile of the slowest statement. Its cursors (count() gathers the
+    next chunk on one, in a second thread) are profiled alike, so the seconds of the two
+    threads overlap in time. Knows nothing of count()'s SQL but the markers above."""
+
+    def __init__(self, con, output: Path, stats=None, thread: str = "") -> None:
+        self.con, self.output, self.thread = con, output, thread
+        self.stats = stats if stats is not None else {"seconds": {}, "slowest": (0.0, "", []), "lock": threading.Lock()}
         con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{output}'")
 
-    def execute(self, query, params=None):
-        table = re.search(r"CREATE (?:OR REPLACE )?TEMP TABLE (\w+)", query)
-        self.kind = (f"temp table {table.group(1)}" if table else "scope attribution (per counter)" if "UNNEST(s.parents)" in query
-                     else "unsupported ops (per counter)" if "IS NULL GROUP BY op" in query else "other")
+    def _kind(self, query: str) -> str:
+        kind = next((name for marker, name in STATEMENT_KINDS if marker in query), "other")
+        return kind + self.thread
+
+    def _timed(self, kind: str, run):
         start = time.perf_counter()
-        self.con.execute(query, params)
+        result = run()
         elapsed = time.perf_counter() - start
-        self.seconds[self.kind] = self.seconds.get(self.kind, 0.0) + elapsed
-        if elapsed > self.slowest[0] and self.output.exists():
-            self.slowest = (elapsed, self.kind, json.loads(self.output.read_text())["operator"])
+        with self.stats["lock"]:
+            self.stats["seconds"][kind] = self.stats["seconds"].get(kind, 0.0) + elapsed
+            if elapsed > self.stats["slowest"][0] and self.output.exists():
+                self.stats["slowest"] = (elapsed, kind, json.loads(self.output.read_text())["operator"])
+        return result
+
+    def execute(self, query, params=None):
+        self.kind = self._kind(query)
+        self._timed(self.kind, lambda: self.con.execute(query, params))
         return self
 
     def df(self):
-        start, frame = time.perf_counter(), self.con.df()
-        self.seconds[self.kind] += time.perf_counter() - start
-        return frame
+        return self._timed(self.kind, self.con.df)
 
-    def __getattr__(self, name):  # register, sql, close...: untimed
+    def sql(self, query, **options):
+        relation, kind, timed = self.con.sql(query, **options), self._kind(query), self._timed
+
+        class Relation:
+            def to_arrow_table(self):
+                return timed(kind, relation.to_arrow_table)
+
+            def __getattr__(self, name):
+                return getattr(relation, name)
+
+        return Relation()
+
+    def cursor(self):
+        return ProfiledConnection(self.con.cursor(), self.output.with_name("cursor-" + self.output.name),
+                                  self.stats, " (gather thread)")
+
+    def __getattr__(self, name):  # register, close...: untimed
         return getattr(self.con, name)
 
 
 def profile(path: Path) -> None:
-    """Where count(trace) with all five spends its time: per statement, and the slowest one's heaviest operators."""
+    """Where count(trace) with all five spends its time: per kind of statement, and the slowest one's heaviest operators."""
     output = Path(tempfile.mkdtemp()) / "profile.json"
     with open_trace(path) as trace:
         count(trace)  # warm-up
@@ -203,17 +245,19 @@ def profile(path: Path) -> None:
         count(trace)
         total, profiled, trace.con = time.perf_counter() - start, trace.con, con
     shutil.rmtree(output.parent)
-    operators, nodes = {}, list(profiled.slowest[2])  # operator name -> [CPU s, how many]
+    seconds, slowest = profiled.stats["seconds"], profiled.stats["slowest"]
+    operators, nodes = {}, list(slowest[2])  # operator name -> [CPU s, how many]
     while nodes:
         node = nodes.pop()
         entry = operators.setdefault(node["name"], [0.0, 0])
         entry[0], entry[1] = entry[0] + node["timing"], entry[1] + 1
         nodes += node.get("children", [])
-    rest = total - sum(profiled.seconds.values())
-    print(f"\nprofile of count(trace) with all five (profiling on), {total:.2f} s: "
-          + "; ".join(f"{kind} {seconds:.2f} s" for kind, seconds in profiled.seconds.items())
-          + f"; outside con.execute (Python side, con.sql/register) {rest:.2f} s")
-    print(f"the slowest statement ({profiled.slowest[1]}, {profiled.slowest[0]:.2f} s) by operator (EXPLAIN ANALYZE, CPU s "
+    main = sum(t for kind, t in seconds.items() if not kind.endswith("(gather thread)"))
+    print(f"\nprofile of count(trace) with all five (profiling on), {total:.2f} s; DuckDB statements (execute and fetch), "
+          "by kind, in the main thread and in the gather thread (which runs alongside): "
+          + "; ".join(f"{kind} {t:.2f} s" for kind, t in sorted(seconds.items(), key=lambda i: -i[1]))
+          + f"; main thread outside its DuckDB statements (numpy gathers, Arrow tables, waiting for the gather thread) {total - main:.2f} s")
+    print(f"the slowest statement ({slowest[1]}, {slowest[0]:.2f} s) by operator (EXPLAIN ANALYZE, CPU s "
           f"summed over threads, {sum(t for t, _ in operators.values()):.2f} s in all): "
           + "; ".join(f"{name} x{n} {t:.2f} s" for name, (t, n) in sorted(operators.items(), key=lambda i: -i[1][0])[:5]))
 

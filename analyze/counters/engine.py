@@ -1,22 +1,34 @@
 """Evaluate counter rule tables over a trace, all events at once, in DuckDB.
 
 Per event, a counter's value is `CASE op WHEN <op> THEN <rule> ... END` over op_facts; NULL
-means no rule covers the op. Attribution follows SpikingJelly: an event's value goes to
-every scope name in the tracker's `parents` at that op, "Global" included, and an op a rule
-covers is recorded even when its value is 0. An event is skipped (neither counted nor
-unsupported) when an ignored module is active: by default only modules really running
-(their scope name is in `parents`); under compat="spikingjelly" also those its tracker left
-active after backward.
+means no rule covers the op (or the rule's value is NULL, which counts the same).
+Attribution follows SpikingJelly: an event's value goes to every scope name in the
+tracker's `parents` at that op, "Global" included, and an op a rule covers is recorded even
+when its value is 0. An event is skipped (neither counted nor unsupported) when an ignored
+module is active: by default only modules really running (their scope name is in
+`parents`); under compat="spikingjelly" also those its tracker left active after backward.
+
+How, for speed (the numbers are those of the definition above): events stream in chunks,
+read and gathered by a second thread while the previous chunk is evaluated. Ops are grouped
+by the op_facts columns their rules read (`partitions`); per group, gather.py builds just
+those columns for just its events, and one SQL pass sums every counter's values per (rank,
+scope, op, group columns). Only these small sums are then attributed to the scopes' parents.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+from contextlib import closing
 from dataclasses import dataclass, field
 from types import ModuleType
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from analyze.counters.gather import build_op_facts
+from analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
+from analyze.counters.gather import JsonReadError, OpFactsBuilder
 from analyze.counters.sql import MACROS
 
 COMPAT_MODES = (None, "spikingjelly")
@@ -88,9 +100,22 @@ def rules_of(module: ModuleType, compat: str | None) -> dict[str, str]:
     return rules
 
 
-def case_expression(rules: dict[str, str]) -> str:
-    arms = "\n".join(f"WHEN {_sql_string(op)} THEN CAST(({rule}) AS BIGINT)" for op, rule in rules.items())
-    return f"CASE op\n{arms}\nELSE NULL END"
+def case_expression(rules: dict[str, str], calls: dict[str, int], op_codes: dict[str, int], others=()) -> str:
+    """`CASE op WHEN <op> THEN CAST((<rule>) AS BIGINT) ... END` over the column op_code, for
+    the ops of `rules` and `others` (ops no rule covers). Ops that share a rule share an arm
+    and arms go most frequent first (`calls`): CASE tests each row against the arms in order."""
+    by_rule: dict[str, list[str]] = {}
+    for op, rule in rules.items():
+        by_rule.setdefault(rule, []).append(op)
+    if not by_rule:
+        return "NULL::BIGINT"
+
+    def codes(ops) -> str:
+        return ", ".join(str(op_codes[op]) for op in sorted(ops))
+
+    arms = sorted(by_rule.items(), key=lambda item: -sum(calls.get(op, 0) for op in item[1]))
+    tests = "".join(f"\nWHEN op_code IN ({codes(ops)}) THEN CAST(({rule}) AS BIGINT)" for rule, ops in arms)
+    return f"CASE{f' WHEN op_code IN ({codes(others)}) THEN NULL' if others else ''}{tests}\nELSE NULL END"
 
 
 def ignored_scopes_sql(names: list[str], compat: str | None) -> str:
@@ -109,15 +134,20 @@ def ignored_scopes_sql(names: list[str], compat: str | None) -> str:
 
 
 def event_chunks(con, where: str, chunk_events: int):
-    """(events filter, event_tensors filter) per chunk of about `chunk_events` events."""
-    for rank, low, high, n in con.execute(
-        f"SELECT rank, min(seq), max(seq), count(*) FROM events WHERE {where} GROUP BY rank ORDER BY rank"
+    """(rank, low, high) per chunk of about `chunk_events` events (low <= seq < high), and the
+    events per op of the selection."""
+    chunks, calls, ranks = [], {}, {}
+    for rank, op, low, high, n in con.execute(
+        f"SELECT rank, op, min(seq), max(seq), count(*) FROM events WHERE {where} GROUP BY rank, op"
     ).fetchall():
+        calls[op] = calls.get(op, 0) + n
+        old = ranks.get(rank, (low, high, 0))
+        ranks[rank] = (min(old[0], low), max(old[1], high), old[2] + n)
+    for rank, (low, high, n) in sorted(ranks.items()):
         pieces = max(1, -(-n // chunk_events))
         step = -(-(high - low + 1) // pieces)
-        for start in range(low, high + 1, step):
-            bounds = f"rank = {rank} AND seq >= {start} AND seq < {start + step}"
-            yield f"({where}) AND {bounds}", bounds
+        chunks += [(rank, start, start + step) for start in range(low, high + 1, step)]
+    return chunks, calls
 
 
 def _summed(frames: list[pd.DataFrame], keys: list[str], values: list[str]) -> pd.DataFrame:
@@ -126,6 +156,232 @@ def _summed(frames: list[pd.DataFrame], keys: list[str], values: list[str]) -> p
         return pd.DataFrame({**{k: pd.Series([], dtype=object) for k in keys}, **{v: pd.Series([], dtype="int64") for v in values}})
     frame = pd.concat(frames, ignore_index=True)
     return frame.groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
+
+
+@dataclass
+class Partition:
+    """Ops whose rules read about the same op_facts columns, evaluated together over just
+    those columns of just their events."""
+
+    ops: list[str]
+    columns: set[str]
+    sql: str = ""
+
+
+def partitions(calls: dict[str, int], reads: dict[str, set[str]], share: int = 16, pass_cells: int = 10**6) -> list[Partition]:
+    """Ops grouped by the columns their rules read. A group of fewer than 1/`share` of the
+    events joins the partition where it adds the fewest cells to gather, if fewer than a
+    partition of its own would cost (one more SQL pass, as much as gathering `pass_cells`)."""
+    groups: dict[frozenset, list[str]] = {}
+    for op in sorted(calls):
+        groups.setdefault(frozenset(reads.get(op, ())), []).append(op)
+    total = sum(calls.values())
+    ordered = sorted(groups.items(), key=lambda item: (-sum(calls[op] for op in item[1]), sorted(item[1])))
+    parts: list[Partition] = []
+    for columns, ops in ordered:
+        rows = sum(calls[op] for op in ops)
+        added = {id(p): rows * len(p.columns - columns) + sum(calls[op] for op in p.ops) * len(columns - p.columns)
+                 for p in parts}  # cells to gather more if the group joins p
+        best = min(parts, key=lambda p: added[id(p)], default=None)
+        if best is None or share * rows >= total or added[id(best)] >= pass_cells:
+            parts.append(Partition(list(ops), set(columns)))
+        else:
+            best.ops += ops
+            best.columns |= columns
+    return parts
+
+
+class _Plan:
+    """The partitions of the selected ops and their SQL: per partition one pass that sums
+    every counter per (scope, op, group columns): its value where a rule covers the event
+    (count() of the values tells which groups to report), the calls and tensor bytes where
+    none does, and the events SpikingJelly aborts on."""
+
+    def __init__(self, counters, calls, compat, group_by, read_json: bool) -> None:
+        self.ops = sorted(calls)
+        op_codes = {op: i for i, op in enumerate(self.ops)}
+        self.rules = {name: {op: compile_rule(rule) for op, rule in rules_of(module, compat).items() if op in calls}
+                      for name, module in counters.items()}
+        self.aborts = {
+            name: {op: compile_rule(cond) for op, cond in module.SPIKINGJELLY_ABORTS.items() if op in calls}
+            for name, module in counters.items() if compat == "spikingjelly" and module.SPIKINGJELLY_ABORTS
+        }
+        self.json_reads = {}
+        if read_json:  # typed JSON reads become columns evaluated once per distinct string
+            tables = (*self.rules.values(), *self.aborts.values())
+            names = {read: f"json_{i}" for i, read in enumerate(json_reads(e for t in tables for e in t.values()))}
+            for table in tables:
+                for op, expression in table.items():
+                    table[op] = JSON_READ.sub(lambda m: names[m.group(0)], expression)
+            for read, name in names.items():
+                users = sorted({op_codes[op] for t in tables for op, e in t.items() if name in columns_of(e)})
+                self.json_reads[name] = (JSON_READ.fullmatch(read).group(1), read, users)
+        reads: dict[str, set[str]] = {}
+        for table in (*self.rules.values(), *self.aborts.values()):
+            for op, expression in table.items():
+                reads.setdefault(op, set()).update(columns_of(expression))
+        self.parts = partitions(calls, reads)
+        self.part_of_op = np.zeros(max(len(self.ops), 1), dtype=np.int16)
+        for number, part in enumerate(self.parts):
+            self.part_of_op[[op_codes[op] for op in part.ops]] = number
+            part.sql = self._sql(part, calls, op_codes, group_by)
+        self.readers: dict[str, set[int]] = {}  # column -> codes of the ops whose rules read it
+        for op, columns in reads.items():
+            for column in columns:
+                self.readers.setdefault(column, set()).add(op_codes[op])
+
+    def _sql(self, part: Partition, calls, op_codes, group_by) -> str:
+        """The partition's pass over its op_facts_table: per (scope, op, group columns) the
+        calls and, per counter, the sum and count of its values and the tensor bytes where
+        it has none (and under compat the events SpikingJelly aborts on)."""
+        keys = "scope_id, op_code" + "".join(f", {g}" for g in group_by if g != "rank")
+        values, aborts = {}, {}
+        for name, table in self.rules.items():
+            covered = {op: table[op] for op in part.ops if op in table}
+            if covered:
+                values[name] = case_expression(covered, calls, op_codes, [op for op in part.ops if op not in table])
+        for name, table in self.aborts.items():
+            tests = "".join(f"WHEN op_code = {op_codes[op]} AND ({table[op]}) THEN true " for op in part.ops if op in table)
+            if tests:
+                aborts[name] = f"CASE {tests}ELSE false END"
+
+        def select(columns: dict[str, str]) -> str:  # the partial sums' columns, in their order
+            names = ["calls"] + [f"{c}_{n}" for n in self.rules for c in ("value", "counted", "uncovered_bytes")]
+            names += [f"aborts_{n}" for n in self.aborts]
+            return f"rank, {keys}, " + ", ".join(
+                f"{columns.get(c, 'NULL::BIGINT' if c.startswith('value_') else '0::BIGINT')} AS {c}" for c in names)
+
+        sums = {"calls": "count(*)"}
+        for name in self.rules:
+            sums[f"uncovered_bytes_{name}"] = "CAST(sum(tensor_bytes) AS BIGINT)"  # where no rule covers the op
+        for name in values:
+            sums |= {f"value_{name}": f"CAST(sum(value_{name}) AS BIGINT)", f"counted_{name}": f"count(value_{name})",
+                     f"uncovered_bytes_{name}": f"CAST(sum(tensor_bytes) FILTER (WHERE value_{name} IS NULL) AS BIGINT)"}
+        sums |= {f"aborts_{name}": f"count(*) FILTER (WHERE abort_{name})" for name in aborts}
+        per_event = "".join(f", {e} AS value_{n}" for n, e in values.items())
+        per_event += "".join(f", {e} AS abort_{n}" for n, e in aborts.items())
+        return f"SELECT {select(sums)} FROM (SELECT rank, {keys}, tensor_bytes{per_event} FROM op_facts_table) GROUP BY rank, {keys}"
+
+    def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22) -> list[pa.Table]:
+        """Per partition, the sums over the events of `chunks` (see event_chunks). A second
+        thread, on its own cursor, reads and gathers the next chunk while this one evaluates
+        the current: each side waits on the other (DuckDB, numpy) much of the time, and at
+        most two chunks are alive at once. The partitions' op_facts are kept till they hold
+        `batch_cells` cells, then the largest is evaluated: planning a partition's SQL costs
+        about as much as running it on a chunk, so one of few events is evaluated once for
+        many chunks."""
+        builder = OpFactsBuilder(con.cursor(), self.readers, self.ops, group_by, self.json_reads)
+        pending: dict[int, list[pa.Table]] = {number: [] for number in range(len(self.parts))}
+        partials = []
+
+        def evaluate(number: int) -> None:
+            con.register("op_facts_table", pa.concat_tables(pending[number]))
+            pending[number] = []
+            try:
+                partials.append(con.sql(self.parts[number].sql).to_arrow_table())
+            finally:
+                con.unregister("op_facts_table")
+
+        try:
+            with closing(_prefetched(builder, where, chunks)) as prefetched:
+                for rank, chunk in prefetched:
+                    builder.finish(chunk, con)
+                    for number, facts in self._chunk_facts(rank, chunk, ignored.get(rank, [])):
+                        pending[number].append(facts)
+                    cells = {n: sum(t.num_rows * t.num_columns for t in tables) for n, tables in pending.items()}
+                    while sum(cells.values()) >= batch_cells:  # the largest first, till few remain
+                        number = max(cells, key=cells.get)
+                        evaluate(number)
+                        cells[number] = 0
+                    del chunk  # before the next one arrives
+            for number, tables in pending.items():
+                if tables:
+                    evaluate(number)
+        finally:
+            builder.con.close()
+        return partials
+
+    def _chunk_facts(self, rank: int, chunk, ignored: np.ndarray):
+        """(partition number, op_facts of its events in `chunk`)."""
+        kept = np.flatnonzero(~np.isin(chunk.scope_id, ignored))
+        part_of_event = self.part_of_op[chunk.op_code[kept]]
+        order = kept[np.argsort(part_of_event, kind="stable")]
+        ends = np.cumsum(np.bincount(part_of_event, minlength=len(self.parts)))
+        for number, part in enumerate(self.parts):
+            rows = order[ends[number - 1] if number else 0:ends[number]]
+            if len(rows):
+                yield number, chunk.table(rows, part.columns)
+
+
+def _prefetched(builder: OpFactsBuilder, where: str, chunks):
+    """(rank, ChunkFacts) of each chunk, the next one built in a thread while the caller works
+    on the current one (built only once the current one was handed over)."""
+    requests, results = queue.Queue(), queue.Queue()
+
+    def work() -> None:
+        for rank, low, high in chunks:
+            if not requests.get():
+                return
+            try:
+                results.put((rank, builder.build(where, rank, low, high)))
+            except BaseException as error:  # noqa: BLE001 -- handed to the caller, which raises it
+                results.put(error)
+                return
+
+    thread = threading.Thread(target=work, name="spiketrace-gather", daemon=True)
+    thread.start()
+    try:
+        requests.put(True)
+        for number in range(len(chunks)):
+            result = results.get()
+            if isinstance(result, BaseException):
+                raise result
+            if number + 1 < len(chunks):
+                requests.put(True)  # the next one, while the caller works on this one
+            rank, chunk = result
+            del result
+            yield rank, chunk
+            del chunk
+    finally:
+        requests.put(False)
+        thread.join()
+
+
+def _ignored_scope_ids(con, ignore_modules, compat) -> dict[int, np.ndarray]:
+    ignored: dict[int, list[int]] = {}
+    for rank, scope_id in con.execute(ignored_scopes_sql(list(ignore_modules), compat)).fetchall():
+        ignored.setdefault(rank, []).append(scope_id)
+    return {rank: np.array(ids, dtype=np.int64) for rank, ids in ignored.items()}
+
+
+def _attribute(con, names, aborts, group_by) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """From the sums in counter_partials, of every counter: its values per (scope, op, group)
+    with the scopes' parents, its uncovered calls and bytes per op, its aborts per op."""
+    keys = "".join(f", {g}" for g in group_by if g != "rank")
+    partials = "(SELECT * FROM counter_partials JOIN counter_ops USING (op_code))"
+
+    def union(select: str, counters) -> str:
+        return " UNION ALL ".join(select.format(c=name, name=_sql_string(name)) for name in counters)
+
+    values = con.execute(f"""
+        SELECT v.counter, a.scope, v.op{"".join(f", v.{g}" for g in group_by)}, CAST(sum(v.value) AS BIGINT) AS value
+        FROM ({union(f"SELECT {{name}} AS counter, rank, scope_id, op{keys}, value_{{c}} AS value FROM {partials} "
+                     "WHERE counted_{c} > 0", names)}) v
+             JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id, UNNEST(s.parents) AS a(scope)
+        GROUP BY ALL
+    """).df()
+    unsupported = con.execute(f"""
+        SELECT counter, op, CAST(sum(calls) AS BIGINT) AS calls, CAST(coalesce(sum(bytes), 0) AS BIGINT) AS tensor_bytes
+        FROM ({union(f"SELECT {{name}} AS counter, op, calls - counted_{{c}} AS calls, uncovered_bytes_{{c}} AS bytes "
+                     f"FROM {partials} WHERE calls > counted_{{c}}", names)})
+        GROUP BY counter, op
+    """).df()
+    aborted = con.execute(f"""
+        SELECT counter, op, CAST(sum(calls) AS BIGINT) AS calls
+        FROM ({union(f"SELECT {{name}} AS counter, op, aborts_{{c}} AS calls FROM {partials} WHERE aborts_{{c}} > 0", aborts)})
+        GROUP BY counter, op
+    """).df() if aborts else None
+    return values, unsupported, aborted
 
 
 def count_events(
@@ -146,57 +402,35 @@ def count_events(
     if not counters:
         empty = pd.DataFrame({"counter": [], "scope": [], "op": [], "value": pd.Series([], dtype="int64")})
         return CounterResult(empty, pd.DataFrame(columns=["counter", "op", "calls", "tensor_bytes"]))
-    rules = {name: rules_of(module, compat) for name, module in counters.items()}
-    values = {name: case_expression(r) for name, r in rules.items()}
-    aborts = {
-        name: module.SPIKINGJELLY_ABORTS for name, module in counters.items()
-    } if compat == "spikingjelly" else {}
-    abort_columns = {
-        name: "CASE " + " ".join(f"WHEN op = {_sql_string(op)} AND ({cond}) THEN true" for op, cond in items.items()) + " ELSE false END"
-        for name, items in aborts.items() if items
-    }
-    expressions = list(values.values()) + list(abort_columns.values())
-    value_columns = ", ".join(f"{expr} AS value_{name}" for name, expr in values.items())
-    abort_select = "".join(f", {expr} AS abort_{name}" for name, expr in abort_columns.items())
-    ignored = ignored_scopes_sql(list(ignore_modules), compat)
-    groups = "".join(f", v.{g}" for g in group_by)
-    partial_values, partial_unsupported, partial_aborts = [], [], []
-    selected = 0
+    chunks, calls = event_chunks(con, where, chunk_events)
+    ignored = _ignored_scope_ids(con, ignore_modules, compat)
+    plan = _Plan(counters, calls, compat, group_by, read_json=True)
     # Streamed in chunks of events, so memory stays bounded whatever the trace's size; the
     # per-chunk sums are added up at the end.
-    for chunk, uses_where in event_chunks(con, where, chunk_events):
-        con.register("op_facts_table", build_op_facts(con, expressions, chunk, uses_where))
-        con.execute(f"""
-            CREATE OR REPLACE TEMP TABLE counter_values AS
-            SELECT f.rank, f.seq, f.op, f.step, f.stage, f.phase, f.scope_id, f.tensor_bytes, {value_columns}{abort_select}
-            FROM op_facts_table f ANTI JOIN ({ignored}) i ON f.rank = i.rank AND f.scope_id = i.scope_id
-        """)
-        con.unregister("op_facts_table")
-        selected += con.execute("SELECT count(*) FROM counter_values").fetchall()[0][0]
-        for name in counters:
-            partial_values.append(con.execute(f"""
-                SELECT {_sql_string(name)} AS counter, p.scope, v.op{groups}, CAST(sum(v.value_{name}) AS BIGINT) AS value
-                FROM counter_values v JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id,
-                     UNNEST(s.parents) AS p(scope)
-                WHERE v.value_{name} IS NOT NULL
-                GROUP BY ALL
-            """).df())
-            partial_unsupported.append(con.execute(f"""
-                SELECT {_sql_string(name)} AS counter, op, count(*) AS calls, coalesce(sum(tensor_bytes), 0) AS tensor_bytes
-                FROM counter_values WHERE value_{name} IS NULL GROUP BY op
-            """).df())
-            if name in abort_columns:
-                partial_aborts.append(con.execute(f"""
-                    SELECT {_sql_string(name)} AS counter, op, count(*) AS calls FROM counter_values
-                    WHERE abort_{name} GROUP BY op
-                """).df())
-    frames = _summed(partial_values, ["counter", "scope", "op", *group_by], ["value"])
-    unsupported = _summed(partial_unsupported, ["counter", "op"], ["calls", "tensor_bytes"])
+    try:
+        partials = plan.sums(con, chunks, where, group_by, ignored)
+    except JsonReadError:  # then as written: each JSON read per event, where its rule reaches it
+        plan = _Plan(counters, calls, compat, group_by, read_json=False)
+        partials = plan.sums(con, chunks, where, group_by, ignored)
+    values, unsupported, selected = [], [], 0
+    aborted = [pd.DataFrame()] if chunks and plan.aborts else []  # typed empty frames when nothing ran
+    if partials:
+        con.register("counter_partials", pa.concat_tables(partials))
+        con.register("counter_ops", pa.table({"op_code": pa.array(range(len(plan.ops)), pa.int32()), "op": plan.ops}))
+        try:
+            selected = con.execute("SELECT CAST(coalesce(sum(calls), 0) AS BIGINT) FROM counter_partials").fetchall()[0][0]
+            values, unsupported, aborts = _attribute(con, list(counters), plan.aborts, group_by)
+            values, unsupported, aborted = [values], [unsupported], [aborts] if aborts is not None else []
+        finally:
+            con.unregister("counter_partials")
+            con.unregister("counter_ops")
+    frames = _summed(values, ["counter", "scope", "op", *group_by], ["value"])
+    unsupported = _summed(unsupported, ["counter", "op"], ["calls", "tensor_bytes"])
     unsupported = unsupported.sort_values(["counter", "calls", "op"], ascending=[True, False, True], ignore_index=True)
     result = CounterResult(
         frame=frames.astype({"value": "int64"}),
         unsupported=unsupported.astype({"calls": "int64", "tensor_bytes": "int64"}),
-        aborts=_summed(partial_aborts, ["counter", "op"], ["calls"]) if partial_aborts
+        aborts=_summed(aborted, ["counter", "op"], ["calls"]) if aborted
         else pd.DataFrame(columns=["counter", "op", "calls"]),
         selected_events=int(selected),
     )

@@ -47,10 +47,21 @@ _GRAD_INPUT = (
 )
 # Weight grad: a conv of pseudo_x = (grad_out if transposed else x).T(0,1) with
 # pseudo_w = (x if transposed else grad_out).T(0,1); the transposes swap dims 0 and 1.
-_PSEUDO_X = f"CASE WHEN {_TRANSPOSED} THEN a0_shape ELSE a1_shape END"
-_PSEUDO_W = f"CASE WHEN {_TRANSPOSED} THEN a1_shape ELSE a0_shape END"
+# Each shape read picks its operand itself (rather than indexing a picked list), so that it
+# stays one of the forms analyze/counters/facts.py serves as integer columns.
+
+
+def _pseudo_x(read: str) -> str:
+    return f"(CASE WHEN {_TRANSPOSED} THEN {read.format('a0')} ELSE {read.format('a1')} END)"
+
+
+def _pseudo_w(read: str) -> str:
+    return f"(CASE WHEN {_TRANSPOSED} THEN {read.format('a1')} ELSE {read.format('a0')} END)"
+
+
 _GRAD_WEIGHT = (
-    f"(2 * ({_PSEUDO_W})[1] * prod(({_PSEUDO_W})[3:]) * prod(o1_shape[3:]) * ({_PSEUDO_W})[2] * ({_PSEUDO_X})[2])"
+    f"(2 * {_pseudo_w('{}_shape[1]')} * {_pseudo_w('prod({}_shape[3:])')} * prod(o1_shape[3:])"
+    f" * {_pseudo_w('{}_shape[2]')} * {_pseudo_x('{}_shape[2]')})"
 )
 _GRAD_BIAS = "(a0_shape[2] * (a0_shape[1] * prod(a0_shape[3:]) - 1))"
 _CONV_BACKWARD = (
