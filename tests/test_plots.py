@@ -49,6 +49,12 @@ def check(figure, title_part: str, y_unit: str | None = None):
     assert texts_overlap(figure) == []
 
 
+def pj_per_axis_unit(axes) -> float:
+    """pJ per unit of the y axis, read from its label ("energy (nJ)")."""
+    unit = axes.get_ylabel().split("(")[1].rstrip(")")
+    return {"pJ": 1, "nJ": 1e3, "µJ": 1e6, "mJ": 1e9}[unit]
+
+
 def test_energy_by_layer_stacks_the_reports_components(trace_path):
     with open_trace(trace_path) as trace:
         report = energy(trace, "compute")
@@ -57,8 +63,7 @@ def test_energy_by_layer_stacks_the_reports_components(trace_path):
     axes = figure.axes[0]
     root = next(iter(report.energy_by_module_component)).split(".")[0]
     layers = [f"{root}.{t.get_text()}" for t in axes.get_xticklabels()]
-    unit = axes.get_ylabel().split("(")[1].rstrip(")")
-    scale = {"pJ": 1, "nJ": 1e3, "µJ": 1e6, "mJ": 1e9}[unit]
+    scale = pj_per_axis_unit(axes)
     heights = {}
     for patch in axes.patches:  # stacked: sum per x position
         position = round(patch.get_x() + patch.get_width() / 2)
@@ -74,8 +79,7 @@ def test_stage_breakdown_sums_to_the_total(trace_path):
     check(figure, "Energy per stage", "(")
     axes = figure.axes[0]
     assert {t.get_text() for t in axes.get_xticklabels()} == {"forward", "backward", "optimizer"}
-    unit = axes.get_ylabel().split("(")[1].rstrip(")")
-    scale = {"pJ": 1, "nJ": 1e3, "µJ": 1e6, "mJ": 1e9}[unit]
+    scale = pj_per_axis_unit(axes)
     assert sum(p.get_height() for p in axes.patches) * scale == pytest.approx(report.energy_total_pj, rel=1e-9)
 
 
