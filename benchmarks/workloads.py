@@ -99,8 +99,9 @@ def make(name: str, optimizer: str = "sgd"):
     return net, x, target, loss_fn, opt
 
 
-def train_step(net, x, target, loss_fn, opt, stage=None):
-    """One training step; `stage(name)` (a recorder's) labels forward/backward/optimizer."""
+def train_step(net, x, target, loss_fn, opt, stage=None, before_step=None):
+    """One training step; `stage(name)` (a recorder's) labels forward/backward/optimizer;
+    `before_step()` runs inside the optimizer stage just before opt.step()."""
     from contextlib import nullcontext
 
     label = stage or (lambda name: nullcontext())
@@ -111,5 +112,7 @@ def train_step(net, x, target, loss_fn, opt, stage=None):
     with label("backward"):
         loss.backward()
     with label("optimizer"):
+        if before_step is not None:
+            before_step()
         opt.step()
     functional.reset_net(net)
