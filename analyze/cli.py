@@ -180,7 +180,7 @@ def _shell(trace_path: str) -> None:
 @main.command()
 def views() -> None:
     """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
-    from analyze.views import sql_views
+    from analyze.trace.views import sql_views
 
     from analyze.result_tables import result_views
 

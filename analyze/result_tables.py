@@ -3,7 +3,7 @@
     register_counts(trace, result)   -> table `counts` (counter, scope, op, value [, groups])
     register_energy(trace, report)   -> table `energy` (model, preset, breakdown, key, pj, count)
 
-and, once `energy` exists, the views of analyze/sql_views/results/ over it (per stage,
+and, once `energy` exists, the views of analyze/result_views/ over it (per stage,
 module, component, and whatever breakdowns the model reports: core type, process key,
 memory level and direction for NeuroMC). `ensure_for_query` registers them on demand when
 a query names them, so `spiketrace sql TRACE "SELECT * FROM counts"` just works.
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-RESULT_VIEW_DIR = Path(__file__).resolve().parent / "sql_views" / "results"
+RESULT_VIEW_DIR = Path(__file__).resolve().parent / "result_views"
 _NAMES = re.compile(r"\b(?:from|join)\s+(counts|energy(?:_\w+)?)\b", re.IGNORECASE)
 
 
 def result_views() -> dict[str, tuple[str, str]]:
-    from analyze.views import sql_views
+    from analyze.trace.views import sql_views
 
     return sql_views(RESULT_VIEW_DIR)
 

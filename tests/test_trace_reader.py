@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import analyze.trace
+import analyze.trace.manifest
 import schemas.version
 from analyze import Trace, TraceError, open_trace
 from capture.writer import TraceWriter
@@ -195,7 +195,7 @@ def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatc
     writer.close()  # part 1: tensor 13
     # Pretend the reader is 1.1 and part 0 was written by 1.0, before is01 existed.
     monkeypatch.setattr(schemas.version, "SCHEMA_VERSION", "1.1")
-    monkeypatch.setattr(analyze.trace, "SCHEMA_VERSION", "1.1")
+    monkeypatch.setattr(analyze.trace.manifest, "SCHEMA_VERSION", "1.1")
     # Part 0 lacks is01; both parts lack parameter (as if added in 1.1 and never written).
     rewrite_part(part(root, "tensors", index=0), lambda t: t.drop_columns(["is01", "parameter"]), version="1.0")
     rewrite_part(part(root, "tensors", index=1), lambda t: t.drop_columns(["parameter"]), version="1.0")

@@ -1,4 +1,4 @@
-"""The named breakdown views (analyze/sql_views/*.sql) against numbers computed another way:
+"""The named breakdown views (analyze/trace/sql_views/*.sql) against numbers computed another way:
 raw Parquet read with pyarrow and pandas, forward hooks on the live model, and the Python API."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 from analyze import open_trace
 from analyze.breakdown import module_breakdown
 from analyze.cli import main
-from analyze.views import sql_views
+from analyze.trace.views import sql_views
 from capture import Recorder
 from spikingjelly.activation_based import functional, layer, neuron
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps

@@ -6,17 +6,11 @@ The rules are data: which columns identify a row, and which name a row of anothe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import duckdb
 
-from analyze.views import view_name
+from analyze.trace.manifest import COMPLETE, Part
+from analyze.trace.views import view_name
 from schemas.tables import TABLES
-
-if TYPE_CHECKING:
-    from analyze.trace import Part
-
-COMPLETE = "complete"
 
 # Columns that name a row of another table (documented as such in schemas/tables.py):
 # (table, column, referenced table, referenced column); compared within a rank.

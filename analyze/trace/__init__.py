@@ -1,0 +1,9 @@
+"""Reading a trace: its manifests and parts (manifest.py), deep row checks (integrity.py),
+one DuckDB view per table plus the named SQL views (views.py, sql_views/), and the opened
+`Trace` (reader.py)."""
+
+from analyze.trace.manifest import COMPLETE, Part, TraceError, TraceNotFoundError, TraceVersionError
+from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+
+__all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceError", "TraceNotFoundError",
+           "TraceVersionError", "open_trace"]
