@@ -23,7 +23,7 @@ from analyze import counts_view
 from analyze.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 from analyze.counters import count
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceError, open_trace
-from analyze.energy.presets import PresetError
+from analyze.presets import PresetError
 from schemas.version import SchemaVersionError
 
 REPORTED_ERRORS = (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import energy as energy_models
-from analyze.energy.presets import PresetError, list_presets, load_preset, read_preset_file
+from analyze.energy import PresetError, list_presets, load_preset, read_preset_file
 from analyze.trace import open_trace
 
 
@@ -163,7 +163,7 @@ def register(main: click.Group) -> None:
         """Derive a NeuroMC preset whose memories come from a ZigZag hardware YAML."""
         from pathlib import Path
 
-        from analyze.energy.zigzag import preset_from_zigzag, preset_toml
+        from analyze.energy.neuromc.zigzag import preset_from_zigzag, preset_toml
 
         mapping = {}
         for pair in pairs:

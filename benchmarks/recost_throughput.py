@@ -32,7 +32,7 @@ from workloads import make, train_step  # noqa: E402
 
 from analyze import open_trace  # noqa: E402
 from analyze.energy import load_preset, neuromc, recost  # noqa: E402
-from analyze.energy.neuromc_sweep import sweep_totals  # noqa: E402
+from analyze.energy.neuromc.sweep import sweep_totals  # noqa: E402
 from capture import Recorder  # noqa: E402
 from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler  # noqa: E402
 

@@ -27,7 +27,8 @@ from torch import nn
 
 from analyze import open_trace
 from analyze.energy import energy, lemaire, recost
-from analyze.energy.presets import PRESET_DIR, load_preset
+from analyze.energy import load_preset
+from analyze.presets import PRESET_DIR
 from capture import Recorder
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, dense, run_steps, spikes
 
@@ -372,7 +373,7 @@ def strip_units(tree, prefix=""):
     """The TOML tree with each {value, unit} turned into the number in the unit lemaire declares."""
     import fnmatch
 
-    from analyze.energy.presets import convert
+    from analyze.presets import convert
 
     out = {}
     for k, v in tree.items():

@@ -8,7 +8,7 @@ import pytest
 from analyze import open_trace
 from analyze.energy import load_preset, recost
 from analyze.energy.neuromc import activity, cost
-from analyze.energy.neuromc_sweep import sweep_totals
+from analyze.energy.neuromc.sweep import sweep_totals
 from capture import Recorder
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 

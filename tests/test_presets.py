@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from analyze.cli import main
 from analyze.energy import sweep_presets
-from analyze.energy.presets import PRESET_DIR, PresetError, convert, list_presets, load_preset, read_preset_file
+from analyze.energy import PresetError, list_presets, load_preset, read_preset_file
+from analyze.presets import PRESET_DIR, convert
 
 GOOD = """
 [preset]

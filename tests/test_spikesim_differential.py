@@ -27,7 +27,7 @@ from torch import nn
 
 from analyze import open_trace
 from analyze.energy import energy, load_preset, recost, spikesim
-from analyze.energy.presets import PRESET_DIR
+from analyze.presets import PRESET_DIR
 from analyze.energy.spikesim import Costs
 from capture import Recorder
 from tests.zoo import CASES

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from analyze.cli import main
-from analyze.energy.presets import PresetError, load_preset
-from analyze.energy.zigzag import preset_from_zigzag, read_memories
+from analyze.energy import PresetError, load_preset
+from analyze.energy.neuromc.zigzag import preset_from_zigzag, read_memories
 
 # ZigZag's inputs/hardware/tpu_like.yaml shape: size and bandwidths in bits, costs in pJ per access
 TPU_LIKE = """

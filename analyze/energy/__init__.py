@@ -14,6 +14,7 @@ the trace once and costs it under every preset, so N presets cost N cheap costin
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from importlib import import_module
 from importlib.util import find_spec
@@ -22,7 +23,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.energy.presets import Preset, PresetError, list_presets, load_preset
+from analyze.presets import Preset, PresetError
+from analyze.presets import loader as preset_loader
 
 # model -> module; a model whose module is absent is not offered.
 _CANDIDATES = {
@@ -39,13 +41,34 @@ DEFAULT_PRESETS = {
     "spikesim": "spikesim-rram-64",
 }
 
-__all__ = ["MODELS", "Preset", "PresetError", "energy", "list_presets", "load_preset", "recost", "sweep_presets"]
+__all__ = ["MODELS", "Preset", "PresetError", "energy", "list_presets", "load_preset", "map_activity",
+           "read_preset_file", "recost", "sweep_presets"]
 
 
 def _model(model: str):
     if model not in MODELS:
         raise ValueError(f"unknown energy model {model!r}; choose from {sorted(MODELS)}")
     return import_module(MODELS[model])
+
+
+def model_spec(model: str):
+    """The module of `model` (its PRESET_UNITS, Costs, PRESET_ZERO_ALLOWED): what presets validate against."""
+    if model not in MODELS:
+        raise PresetError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
+    return import_module(MODELS[model])
+
+
+def load_preset(preset, overrides=()) -> Preset:
+    """A shipped preset by name, a preset file by path, or a Preset; then `overrides` applied."""
+    return preset_loader.load_preset(preset, overrides, models=model_spec)
+
+
+def read_preset_file(path) -> Preset:
+    return preset_loader.read_preset_file(path, models=model_spec)
+
+
+def list_presets() -> list[Preset]:
+    return preset_loader.list_presets(models=model_spec)
 
 
 def _preset_for(model: str, preset, overrides=()) -> Preset:
@@ -55,46 +78,59 @@ def _preset_for(model: str, preset, overrides=()) -> Preset:
     return loaded
 
 
+def map_activity(trace, model: str, *, stage=None, compat=None, ignore_modules=(), strict: bool = False, **options):
+    """The model's preset-independent activity of `trace`: the expensive step (it reads the
+    trace), which analyze.results.Analysis does once per (model, options)."""
+    return _model(model).activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
+                                  **options)
+
+
 def energy(trace, model: str = "neuromc", preset=None, *, overrides=(), stage=None, compat=None,
-           ignore_modules=(), strict: bool = False, **options):
+           ignore_modules=(), strict: bool = False, activity=None, **options):
     """The model's report (SpikingJelly's field names) for `trace` under one preset
-    (a shipped name, a TOML path or a Preset; the model's default when None)."""
+    (a shipped name, a TOML path or a Preset; the model's default when None). `activity`
+    (from map_activity with the same options) skips mapping the trace again."""
     module = _model(model)
     chosen = _preset_for(model, preset, overrides)
-    activity = module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat,
-                               strict=strict, **options)
+    if activity is None:
+        activity = map_activity(trace, model, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
+                                **options)
     return module.cost(activity, chosen.costs(), compat=compat, strict=strict)
 
 
 def sweep_presets(base: Preset, sweep: Mapping[str, Iterable[Any]]) -> list[Preset]:
     """The cartesian product of `sweep` (dotted key -> values) over `base`."""
     keys = list(sweep)
-    presets = []
+    derived_presets = []
     for values in itertools.product(*(list(sweep[k]) for k in keys)):
         derived = base.derive(dict(zip(keys, values)))
         label = ",".join(f"{k}={v}" for k, v in zip(keys, values))
-        presets.append(Preset(f"{base.name}[{label}]", derived.model, derived.description, derived.source,
-                              derived.parameters, derived.units, derived.path, derived.overrides))
-    return presets
+        derived_presets.append(dataclasses.replace(derived, name=f"{base.name}[{label}]"))
+    return derived_presets
 
 
 def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]] | None = None, base=None,
-           stage=None, compat=None, ignore_modules=(), strict: bool = False, progress=None, **options) -> pd.DataFrame:
+           stage=None, compat=None, ignore_modules=(), strict: bool = False, progress=None, activity=None,
+           **options) -> pd.DataFrame:
     """One row per (preset, breakdown entry): the model's to_frame() under each preset, plus a
-    `preset` column and one column per swept key. The trace is mapped once."""
+    `preset` column and one column per swept key. The trace is mapped once (not at all when
+    `activity` is given)."""
     module = _model(model)
     chosen = [_preset_for(model, p) for p in (presets or [])]
-    bulk = getattr(import_module(f"{MODELS[model]}_sweep"), "sweep_totals", None) \
-        if sweep and find_spec(f"{MODELS[model]}_sweep") else None
+    bulk = getattr(module, "sweep_totals", None) if sweep else None
     if bulk is not None:
-        return _bulk_recost(trace, module, bulk, chosen, _preset_for(model, base), sweep, stage=stage, compat=compat,
-                            ignore_modules=ignore_modules, strict=strict, progress=progress, **options)
+        if activity is None:
+            activity = map_activity(trace, model, stage=stage, ignore_modules=ignore_modules, compat=compat,
+                                    strict=strict, **options)
+        return _bulk_recost(activity, module, bulk, chosen, _preset_for(model, base), sweep, compat=compat,
+                            strict=strict, progress=progress)
     if sweep:
         chosen += sweep_presets(_preset_for(model, base), sweep)
     if not chosen:
         chosen = [_preset_for(model, None)]
-    activity = module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat,
-                               strict=strict, **options)
+    if activity is None:
+        activity = map_activity(trace, model, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
+                                **options)
     frames = []
     iterator = progress(chosen) if progress else chosen
     for preset in iterator:
@@ -106,11 +142,11 @@ def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]
     return pd.concat(frames, ignore_index=True)
 
 
-def _bulk_recost(trace, module, bulk, presets, base: Preset, sweep, *, progress=None, **options) -> pd.DataFrame:
-    """A sweep costed in one vectorised call (models with a <model>_sweep.sweep_totals): every
+def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat=None, strict=False,
+                 progress=None) -> pd.DataFrame:
+    """A sweep costed in one vectorised call (models whose module has a sweep_totals): every
     distinct value is validated once through the preset rules, then the cartesian product is
     costed as arrays; rows carry the totals (energy_total/compute/memory_pj)."""
-    activity = module.activity(trace, **options)
     keys = list(sweep)
     columns = {}
     for key in keys:
@@ -124,7 +160,7 @@ def _bulk_recost(trace, module, bulk, presets, base: Preset, sweep, *, progress=
     frame = wide.melt(id_vars=["preset", *keys], var_name="key", value_name="pj").assign(breakdown="total")
     frame = frame[["preset", "breakdown", "key", "pj", *keys]]
     if presets:
-        singles = [module.cost(activity, p.costs(), compat=options.get("compat"), strict=options.get("strict", False))
+        singles = [module.cost(activity, p.costs(), compat=compat, strict=strict)
                    .to_frame().assign(preset=p.name) for p in (progress(presets) if progress else presets)]
         frame = pd.concat([*(s[s["breakdown"] == "total"] for s in singles), frame], ignore_index=True)
     return frame

@@ -3,7 +3,7 @@
 `extra_counts` gives the mux/add/mul/comp/sqrt counts of each fragment (SpikingJelly's
 `_extra_counts`), `memory_terms` the bits each fragment moves per memory level, direction
 and instance (`_map_base_memory` and `_extra_memory_for_fragment`), one vectorised column
-operation per rule of neuromc_rules.py. Nothing here reads a preset: the one decision that
+operation per rule of rules.py. Nothing here reads a preset: the one decision that
 depends on it (skip the weight loads when a reuse stage's weights fit the weight SRAM) is
 left to the costing, so the weight-load terms are flagged and each fragment carries its
 weight bits and the instance that must hold them.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
+from analyze.energy.neuromc import rules as rules
 
 
 def _scalar_counts(f: pd.DataFrame) -> dict[str, pd.Series]:

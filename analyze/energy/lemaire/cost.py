@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.energy.lemaire_mapper import (
+from analyze.energy.lemaire.mapper import (
     ACCESSES,
     CONVENTIONS,
     WORD_BYTES,

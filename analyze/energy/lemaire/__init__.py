@@ -14,8 +14,8 @@
   access, the non-binary first layer ("Hybrid") costed once per inference, its bias and
   addressing rules as they are (tests/oracles/ has the golden numbers and how to remake them).
 
-The mapper (lemaire_mapper.py) computes both conventions' activity at once; the preset's
-`convention` picks one at costing time (lemaire_cost.py), so presets of either convention
+The mapper (mapper.py) computes both conventions' activity at once; the preset's
+`convention` picks one at costing time (cost.py), so presets of either convention
 re-cost one activity. Strictness: by default modules SpikingJelly's validate_model rejects
 (Flatten, pooling, BN, PLIF, ...) are listed in report.warnings, as SpikingJelly does with
 strict=False; strict=True raises its ValueError instead.
@@ -23,8 +23,8 @@ strict=False; strict=True raises its ValueError instead.
 
 from __future__ import annotations
 
-from analyze.energy.lemaire_cost import LemaireCosts, LemaireReport, cost
-from analyze.energy.lemaire_mapper import (
+from analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
+from analyze.energy.lemaire.mapper import (
     CONVENTIONS,
     LemaireActivity,
     activity,

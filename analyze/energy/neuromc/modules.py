@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
-from analyze.energy.neuromc_sql import (
+from analyze.energy.neuromc import rules as rules
+from analyze.energy.neuromc.sql import (
     ignored_module_condition,
     layout,
     quoted_list,

@@ -1,8 +1,8 @@
 """The NeuroMC model's rule tables, as data (SpikingJelly 2.0.0 op_counter/neuromc/core.py, mapping.py).
 
-Nothing here computes: the mapper (neuromc_modules.py, neuromc_fallback.py,
-neuromc_optimizer.py) turns a trace into fragments, neuromc_activity.py applies the
-count and memory tables below to them, and neuromc_cost.py prices the result.
+Nothing here computes: the mapper (modules.py, fallback.py,
+optimizer.py) turns a trace into fragments, activity.py applies the
+count and memory tables below to them, and cost.py prices the result.
 """
 
 from __future__ import annotations

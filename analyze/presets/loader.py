@@ -6,6 +6,12 @@ every number to the unit the model declares for that key (`PRESET_UNITS` in the 
 module, fnmatch patterns allowed), so `fJ`, `nJ`, per-byte and per-bit energies, KiB and
 bits all work; then the model's `Costs.from_values` turns the tree into its cost object.
 Shipped presets live in analyze/presets/; `derive` applies `--set key=value` overrides.
+
+Which models exist is the energy package's business, not this one's: every loader takes
+`models`, a function from a model name to its module (PRESET_UNITS, Costs,
+PRESET_ZERO_ALLOWED), and a loaded Preset keeps that module as its `spec`.
+analyze.energy binds its registry (analyze.energy.load_preset), so presets never import
+the models that import them.
 """
 
 from __future__ import annotations
@@ -15,50 +21,16 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
-from importlib import import_module
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+from analyze.presets.units import NON_NUMBERS, convert, dimension
 
-# unit -> (dimension, factor to the dimension's base unit)
-_ENERGY = {"fJ": 1e-3, "pJ": 1.0, "nJ": 1e3, "uJ": 1e6, "mJ": 1e9, "J": 1e12}
-_SIZE = {"bit": 1, "byte": 8, "B": 8, "KiB": 8 * 2**10, "MiB": 8 * 2**20, "GiB": 8 * 2**30,
-         "kB": 8e3, "MB": 8e6, "GB": 8e9}
-_TIME = {"ps": 1e-12, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-_AREA = {"um2": 1e-6, "mm2": 1.0, "cm2": 100.0}
-_SIMPLE = {**{u: ("energy", f) for u, f in _ENERGY.items()}, **{u: ("size", f) for u, f in _SIZE.items()},
-           **{u: ("time", f) for u, f in _TIME.items()}, **{u: ("area", f) for u, f in _AREA.items()},
-           "1": ("dimensionless", 1.0), "cycle": ("cycle", 1.0), "MHz": ("frequency", 1e6),
-           "GHz": ("frequency", 1e9), "Hz": ("frequency", 1.0), "nm": ("length", 1e-9),
-           "V": ("voltage", 1.0), "mW": ("power", 1e-3), "W": ("power", 1.0)}
-NON_NUMBERS = ("str", "bool")
-
+PRESET_DIR = Path(__file__).resolve().parent
+ModelLookup = Callable[[str], Any]  # model name -> its module; raises PresetError when unknown
 
 class PresetError(ValueError):
     """A preset file or override is malformed: the message names the file, the key and the problem."""
-
-
-def _dimension(unit: str) -> tuple[str, float]:
-    """('energy/size', factor) for 'pJ/bit'; raises KeyError for unknown units."""
-    top, _, bottom = unit.partition("/")
-    kind, factor = _SIMPLE[top.strip()]
-    if not bottom:
-        return kind, factor
-    below, divisor = _SIMPLE[bottom.strip()]
-    return f"{kind}/{below}", factor / divisor
-
-
-def convert(value: float, unit: str, target: str) -> float:
-    """`value` in `unit` expressed in `target`; ValueError when the dimensions differ."""
-    try:
-        source_kind, source_factor = _dimension(unit)
-    except KeyError:
-        raise ValueError(f"unknown unit {unit!r}") from None
-    target_kind, target_factor = _dimension(target)
-    if source_kind != target_kind:
-        raise ValueError(f"unit {unit!r} is not a {target_kind} like {target!r}")
-    return value * source_factor / target_factor
 
 
 @dataclass(frozen=True)
@@ -73,6 +45,7 @@ class Preset:
     units: dict[str, str] = field(default_factory=dict)  # dotted key -> unit of its value
     path: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    spec: Any = field(default=None, compare=False, repr=False)  # the model's module (units, Costs)
 
     def flat(self) -> dict[str, Any]:
         """Dotted key -> value, the keys `--set` and `recost(sweep=...)` take."""
@@ -80,7 +53,7 @@ class Preset:
 
     def costs(self):
         """The model's cost object (validated)."""
-        return _model_costs(self.model, self.parameters, self._where())
+        return _model_costs(self.spec, self.parameters, self._where())
 
     def to_json(self) -> dict:
         return {
@@ -95,10 +68,10 @@ class Preset:
         pairs = _parse_assignments(assignments, self._where())
         parameters = json.loads(json.dumps(self.parameters))
         units = dict(self.units)
-        schema = model_units(self.model)
+        schema = dict(self.spec.PRESET_UNITS)
         for key, raw in pairs.items():
             unit = _unit_for(key, schema, self._where())
-            value = _override_value(raw, unit, key, self._where(), self.model)
+            value = _override_value(raw, unit, key, self._where(), self.spec)
             _assign(parameters, key, value)
             units[key] = unit
         derived = replace(self, parameters=parameters, units=units, overrides={**self.overrides, **pairs})
@@ -127,18 +100,6 @@ def _assign(tree: dict, dotted: str, value) -> None:
     tree[last] = value
 
 
-def model_module(model: str):
-    from analyze.energy import MODELS  # the registry; imported late, it imports the models
-
-    if model not in MODELS:
-        raise PresetError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
-    return import_module(MODELS[model])
-
-
-def model_units(model: str) -> dict[str, str]:
-    return dict(model_module(model).PRESET_UNITS)
-
-
 def _unit_for(key: str, schema: Mapping[str, str], where: str) -> str:
     for pattern, unit in schema.items():
         if fnmatch.fnmatchcase(key, pattern):
@@ -146,19 +107,19 @@ def _unit_for(key: str, schema: Mapping[str, str], where: str) -> str:
     raise PresetError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(schema))})")
 
 
-def _zero_allowed(key: str, model: str | None) -> bool:
+def _zero_allowed(key: str, spec) -> bool:
     """A model may list keys (fnmatch patterns) whose size can be 0, e.g. a breakpoint at 0 bytes."""
-    patterns = getattr(model_module(model), "PRESET_ZERO_ALLOWED", ()) if model else ()
+    patterns = getattr(spec, "PRESET_ZERO_ALLOWED", ()) if spec is not None else ()
     return any(fnmatch.fnmatchcase(key, p) for p in patterns)
 
 
-def _check_number(key: str, value: float, unit: str, where: str, model: str | None = None) -> None:
+def _check_number(key: str, value: float, unit: str, where: str, spec=None) -> None:
     if not math.isfinite(value):
         raise PresetError(f"{where}: {key} = {value} is not finite")
-    kind = _dimension(unit)[0] if unit not in NON_NUMBERS else ""
+    kind = dimension(unit)[0] if unit not in NON_NUMBERS else ""
     if kind.startswith("energy") and value < 0:
         raise PresetError(f"{where}: {key} = {value} {unit}: an energy cannot be negative")
-    if kind in ("size", "size/cycle", "size/time", "frequency") and value == 0 and _zero_allowed(key, model):
+    if kind in ("size", "size/cycle", "size/time", "frequency") and value == 0 and _zero_allowed(key, spec):
         return
     if kind in ("size", "size/cycle", "size/time", "frequency") and value <= 0:
         raise PresetError(f"{where}: {key} = {value} {unit}: a size, bandwidth or frequency must be positive")
@@ -167,13 +128,13 @@ def _check_number(key: str, value: float, unit: str, where: str, model: str | No
 
 
 def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str = "",
-               model: str | None = None) -> tuple[dict, dict]:
+               spec=None) -> tuple[dict, dict]:
     """Strip {value, unit} leaves to numbers in the schema's units; returns (tree, units)."""
     out, units = {}, {}
     for key, item in tree.items():
         dotted = f"{prefix}{key}"
         if isinstance(item, Mapping) and "value" not in item:
-            out[key], sub_units = _normalise(item, schema, where, dotted + ".", model)
+            out[key], sub_units = _normalise(item, schema, where, dotted + ".", spec)
             units.update(sub_units)
             continue
         unit = _unit_for(dotted, schema, where)
@@ -188,7 +149,7 @@ def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str
                 number = convert(float(value), str(given), unit)
             except ValueError as problem:
                 raise PresetError(f"{where}: {dotted}: {problem}") from None
-            _check_number(dotted, number, unit, where, model)
+            _check_number(dotted, number, unit, where, spec)
             out[key] = int(number) if isinstance(value, int) and number == int(number) and unit == given else number
         elif unit in NON_NUMBERS:
             if unit == "bool" and not isinstance(item, bool):
@@ -200,16 +161,16 @@ def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str
     return out, units
 
 
-def _model_costs(model: str, parameters: Mapping, where: str):
+def _model_costs(spec, parameters: Mapping, where: str):
     try:
-        return model_module(model).Costs.from_values(parameters)
+        return spec.Costs.from_values(parameters)
     except PresetError:
         raise
     except (ValueError, TypeError) as problem:
         raise PresetError(f"{where}: {problem}") from None
 
 
-def parse_preset(document: Mapping, where: str, path: Path | None = None) -> Preset:
+def parse_preset(document: Mapping, where: str, path: Path | None = None, *, models: ModelLookup) -> Preset:
     head = document.get("preset")
     if not isinstance(head, Mapping):
         raise PresetError(f"{where}: missing [preset] table (name, model, description, source)")
@@ -220,17 +181,17 @@ def parse_preset(document: Mapping, where: str, path: Path | None = None) -> Pre
     if extra:
         raise PresetError(f"{where}: unknown top-level table(s) {sorted(extra)}; expected [preset] and [parameters]")
     try:
-        schema = model_units(str(head["model"]))
+        spec = models(str(head["model"]))
     except PresetError as problem:
         raise PresetError(f"{where}: {problem}") from None
-    parameters, units = _normalise(document.get("parameters", {}), schema, where, model=str(head["model"]))
+    parameters, units = _normalise(document.get("parameters", {}), dict(spec.PRESET_UNITS), where, spec=spec)
     preset = Preset(str(head["name"]), str(head["model"]), str(head.get("description", "")), str(head["source"]),
-                    parameters, units, path)
+                    parameters, units, path, spec=spec)
     preset.costs()
     return preset
 
 
-def read_preset_file(path: str | Path) -> Preset:
+def read_preset_file(path: str | Path, *, models: ModelLookup) -> Preset:
     path = Path(path)
     try:
         document = tomllib.loads(path.read_text())
@@ -238,30 +199,30 @@ def read_preset_file(path: str | Path) -> Preset:
         raise PresetError(f"{path}: no such preset file") from None
     except tomllib.TOMLDecodeError as problem:
         raise PresetError(f"{path}: not valid TOML: {problem}") from None
-    return parse_preset(document, str(path), path)
+    return parse_preset(document, str(path), path, models=models)
 
 
 def shipped_presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PRESET_DIR.glob("*.toml"))}
 
 
-def load_preset(preset: str | Path | Preset, overrides=()) -> Preset:
+def load_preset(preset: str | Path | Preset, overrides=(), *, models: ModelLookup) -> Preset:
     """A shipped preset by name, a preset file by path, or a Preset; then `overrides` applied."""
     if isinstance(preset, Preset):
         loaded = preset
     else:
         shipped = shipped_presets()
         if str(preset) in shipped:
-            loaded = read_preset_file(shipped[str(preset)])
+            loaded = read_preset_file(shipped[str(preset)], models=models)
         elif Path(preset).suffix == ".toml" or Path(preset).exists():
-            loaded = read_preset_file(preset)
+            loaded = read_preset_file(preset, models=models)
         else:
             raise PresetError(f"unknown preset {str(preset)!r}: not a shipped preset ({', '.join(shipped)}) nor a file")
     return loaded.derive(overrides) if overrides else loaded
 
 
-def list_presets() -> list[Preset]:
-    return [read_preset_file(path) for path in shipped_presets().values()]
+def list_presets(*, models: ModelLookup) -> list[Preset]:
+    return [read_preset_file(path, models=models) for path in shipped_presets().values()]
 
 
 def _parse_assignments(assignments, where: str) -> dict[str, Any]:
@@ -276,7 +237,7 @@ def _parse_assignments(assignments, where: str) -> dict[str, Any]:
     return pairs
 
 
-def _override_value(raw, unit: str, key: str, where: str, model: str | None = None):
+def _override_value(raw, unit: str, key: str, where: str, spec=None):
     if unit in NON_NUMBERS:
         if unit == "bool":
             if isinstance(raw, bool):
@@ -299,5 +260,5 @@ def _override_value(raw, unit: str, key: str, where: str, model: str | None = No
         value = convert(number, given, unit)
     except ValueError as problem:
         raise PresetError(f"{where}: {key}: {problem}") from None
-    _check_number(key, value, unit, where, model)
+    _check_number(key, value, unit, where, spec)
     return value

@@ -13,7 +13,7 @@ code), event mode from where the input spikes fall (SpikingJelly-defined). A Spi
 to analyse is the `stage=` argument.
 
 Event mode needs the conv inputs' spike maps: record with Recorder(..., keep_binary_inputs=True).
-The mapper is spikesim_mapper.py, the formulas spikesim_cost.py.
+The mapper is mapper.py, the formulas cost.py.
 
 Beyond SpikingJelly:
 * strict=False (the default; SpikingJelly's is True) costs the supported layers and lists the
@@ -36,8 +36,8 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.energy import spikesim_cost as formulas
-from analyze.energy.spikesim_mapper import KEEP_SETTING, Activity, map_trace
+from analyze.energy.spikesim import cost as formulas
+from analyze.energy.spikesim.mapper import KEEP_SETTING, Activity, map_trace
 
 MODEL = "spikesim"
 _PJ_FIELDS = ("tile_buffer_pj", "temp_buffer_pj", "sub_pj", "adc_pj", "htree_pj", "mux_pj", "mem_fetch_pj",

@@ -9,10 +9,12 @@ instance; by default instances of the same name), keeping the base's `datawidth`
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from typing import Mapping
 
-from analyze.energy.presets import Preset, PresetError, load_preset
+from analyze.energy import Preset, PresetError, load_preset
 
 FIELDS = {"size": "size_bits", "r_bw": "r_bw", "w_bw": "w_bw", "r_cost": "r_cost", "w_cost": "w_cost"}
 
@@ -58,9 +60,9 @@ def preset_from_zigzag(path: str | Path, base: str | Path | Preset = "neuromc-li
         for zigzag_key, neuromc_key in FIELDS.items():
             overrides[f"memory_instances.{target}.{neuromc_key}"] = memories[source][zigzag_key]
     derived = preset.derive(overrides)
-    return Preset(f"{preset.name}+{Path(path).stem}", derived.model, derived.description,
-                  f"{derived.source}; memories from ZigZag hardware file {Path(path).name} ({', '.join(f'{s}->{t}' for s, t in mapping.items())})",
-                  derived.parameters, derived.units, derived.path, derived.overrides)
+    pairs = ", ".join(f"{s}->{t}" for s, t in mapping.items())
+    return dataclasses.replace(derived, name=f"{preset.name}+{Path(path).stem}",
+                               source=f"{derived.source}; memories from ZigZag hardware file {Path(path).name} ({pairs})")
 
 
 def preset_toml(preset: Preset) -> str:

@@ -9,10 +9,10 @@ estimate_neuromc_runtime_energy (op_counter/neuromc/).
         report.energy_total_pj, report.energy_by_stage, report.uncosted
 
 Mapping (preset-independent): module fragments from module hook events
-(neuromc_modules.py), trace fragments from aten ops (neuromc_fallback.py), optimizer
-fragments from optimizer_steps (neuromc_optimizer.py); then per fragment its primitive
-counts and the bits it moves per memory instance (neuromc_activity.py). Costing
-(neuromc_report.py) prices them under a preset (neuromc_costs.py).
+(modules.py), trace fragments from aten ops (fallback.py), optimizer
+fragments from optimizer_steps (optimizer.py); then per fragment its primitive
+counts and the bits it moves per memory instance (activity.py). Costing
+(report.py) prices them under a preset (costs.py).
 
 Stages are the trace's: each stage's phase, reuse_weights and batch_norm_backward are
 SpikingJelly's stage() options (a phase inferred from the stage's name counts as given).
@@ -35,18 +35,19 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
-from analyze.energy.neuromc_activity import extra_counts, memory_terms, weight_residency
-from analyze.energy.neuromc_costs import PRESET_UNITS, Costs, MemoryInstanceSpec
-from analyze.energy.neuromc_fallback import (
+from analyze.energy.neuromc import rules
+from analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
+from analyze.energy.neuromc.costs import PRESET_UNITS, Costs, MemoryInstanceSpec
+from analyze.energy.neuromc.fallback import (
     drop_duplicates_of_modules,
     trace_fragments,
     uncosted_ops,
 )
-from analyze.energy.neuromc_modules import module_fragments
-from analyze.energy.neuromc_optimizer import optimizer_fragments
-from analyze.energy.neuromc_report import UNCOSTED_COLUMNS, Report, cost
-from analyze.energy.neuromc_sql import install
+from analyze.energy.neuromc.modules import module_fragments
+from analyze.energy.neuromc.optimizer import optimizer_fragments
+from analyze.energy.neuromc.report import UNCOSTED_COLUMNS, Report, cost
+from analyze.energy.neuromc.sql import install
+from analyze.energy.neuromc.sweep import sweep_totals  # recost's bulk path for sweeps
 
 MODEL = "neuromc"
 NeuroMCCosts = Costs
@@ -54,7 +55,7 @@ NeuroMCReport = Report
 COMPAT_MODES = (None, "spikingjelly")
 
 __all__ = ["MODEL", "PRESET_UNITS", "Activity", "Costs", "MemoryInstanceSpec", "NeuroMCCosts", "NeuroMCReport",
-           "Report", "activity", "cost"]
+           "Report", "activity", "cost", "sweep_totals"]
 
 
 @dataclass

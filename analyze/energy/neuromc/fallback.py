@@ -6,23 +6,23 @@ equals some module fragment's. The signature does not always match (a Linear's b
 GEMMs have C and K swapped, a 3-D Linear input has more rows, a binary-input BN's backward
 is labelled ann_bn_bp), so SpikingJelly counts such work twice. Default mode instead drops
 every op that ran inside a Conv/Linear/BN/neuron call (between the call's hook events, see
-REGIONS in neuromc_modules.py): the module fragment already is that work, and the ops no
+REGIONS in modules.py): the module fragment already is that work, and the ops no
 rule maps there (a surrogate gradient's neg, say) are not uncosted either. `compat=True`
 keeps SpikingJelly's signature rule and its list of unsupported ops.
 
 A backward GEMM's core type (bp_grad vs ann_be) comes from the spike-ness of the forward
 GEMM it answers; SpikingJelly pairs them through LIFO queues keyed by shapes, which
-neuromc_gemm_queue.py replays.
+gemm_queue.py replays.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
-from analyze.energy.neuromc_gemm_queue import forward_spike_of_backward_gemms
-from analyze.energy.neuromc_modules import finish
-from analyze.energy.neuromc_sql import quoted_list
+from analyze.energy.neuromc import rules as rules
+from analyze.energy.neuromc.gemm_queue import forward_spike_of_backward_gemms
+from analyze.energy.neuromc.modules import finish
+from analyze.energy.neuromc.sql import quoted_list
 
 SIGNATURE = ("rank", "stage", "phase", "core_type", "process_key", "BT", "C", "K", "OY", "OX", "FY", "FX",
              "input_precision_bits", "weight_precision_bits", "output_precision_bits",
@@ -32,7 +32,7 @@ _SPIKINGJELLY_IGNORES = f"""(nmc_op_is_ignored(op, {quoted_list(rules.IGNORED_OP
     OR op IN {tuple(rules.AUXILIARY_OPS)})"""
 
 # Per op that may carry work: does it run inside a Conv/Linear/BN/neuron call (then it is
-# that call's work) or inside an ignored module's call (nmc_regions, neuromc_modules.py).
+# that call's work) or inside an ignored module's call (nmc_regions, modules.py).
 EVENT_ROLES = f"""
 SELECT e.rank, e.seq, bool_or(m.kind IS NOT NULL AND NOT m.ignored) AS covered, bool_or(m.ignored) AS ignored
 FROM (SELECT rank, seq FROM events WHERE NOT {_SPIKINGJELLY_IGNORES}) e

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
-from analyze.energy.neuromc_costs import Costs
+from analyze.energy.neuromc import rules as rules
+from analyze.energy.neuromc.costs import Costs
 
 UNCOSTED_COLUMNS = ("kind", "name", "calls", "input_elements", "output_elements", "bytes_read", "bytes_written",
                     "bits", "stages", "modules", "reason")

@@ -22,8 +22,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.energy import neuromc_rules as rules
-from analyze.energy.neuromc_costs import Costs
+from analyze.energy.neuromc import rules as rules
+from analyze.energy.neuromc.costs import Costs
 
 INSTANCE_FIELDS = ("size_bits", "r_bw", "w_bw", "r_cost", "w_cost")
 

@@ -5,7 +5,7 @@ One row per dispatched `aten.convolution.default` of the selection, with what Sp
 of the tracker's parents), how many nn.Conv2d modules were active and whether that conv was
 training, grad mode, transposition, groups, the x / w / out shapes, stride, padding and
 dilation, and whether x was binary. Whether a call is costed is decided by the costing
-(spikesim_cost.py), because compat and strict change it.
+(cost.py), because compat and strict change it.
 
 Event mode needs, per call, the spike map of x split into crossbar-row tiles of
 `xbar_size` channels: a preset parameter. So the activity keeps x bit-packed, as the trace

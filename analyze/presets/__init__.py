@@ -1,0 +1,8 @@
+"""Hardware presets: the shipped TOML files (data) beside their loader (loader.py) and units
+(units.py). Loading needs the energy models' key schemas: use analyze.energy.load_preset,
+list_presets and read_preset_file, which bind the model registry."""
+
+from analyze.presets.loader import PRESET_DIR, Preset, PresetError, shipped_presets
+from analyze.presets.units import convert
+
+__all__ = ["PRESET_DIR", "Preset", "PresetError", "convert", "shipped_presets"]
