@@ -1,7 +1,7 @@
 """Make the README's plot gallery from the built-in example: python scripts/gallery.py [OUT_DIR]
 
 Captures the demo's training step (capture.example.record_demo), sweeps two compute-model
-preset keys with recost, and writes every plot kind of analyze.plots as PNG into OUT_DIR
+preset keys with recost, and writes every plot kind of analyze.present.plots as PNG into OUT_DIR
 (default docs/gallery/).
 """
 
@@ -11,7 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from analyze import open_trace, plots
+from analyze import open_trace
+from analyze.present import plots
 from analyze.energy import recost
 from capture.example import record_demo
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from analyze import open_trace
 from analyze.cli import main
 from analyze.counters import count, mac
-from analyze.counts_view import OUTSIDE_LEAVES, human
+from analyze.present.counts import OUTSIDE_LEAVES, human
 
 pytest.importorskip("torch")
 from capture.example import record_demo  # noqa: E402

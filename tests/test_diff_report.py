@@ -17,7 +17,7 @@ from torch import nn
 from analyze import open_trace
 from analyze.cli import main
 from analyze.counters import count
-from analyze.diff import ConditionError, diff_traces
+from analyze.present.diff import ConditionError, diff_traces
 from analyze.energy import energy
 from capture import Recorder
 from spikingjelly.activation_based import neuron

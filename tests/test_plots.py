@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze import open_trace, plots
+from analyze import open_trace
+from analyze.present import plots
 from analyze.cli import main
 from analyze.energy import energy, recost
 from capture import Recorder

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from torch import nn
 
 from analyze import open_trace
-from analyze.breakdown import module_breakdown
+from analyze.trace.breakdown import module_breakdown
 from analyze.cli import main
 from analyze.trace.views import sql_views
 from capture import Recorder

@@ -2,7 +2,7 @@
 
     from analyze import open_trace
     from analyze.counters import count
-    from analyze.counts_view import counts_json, table_text
+    from analyze.present.counts import counts_json, table_text
     with open_trace("runs/step") as trace:
         result = count(trace, ["flop", "mac"], stage="forward")
         document = counts_json(result, trace)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze import plots
+from analyze.present import plots
 from analyze.counters import count
-from analyze.counts_view import human
+from analyze.present.counts import human
 from analyze.energy import DEFAULT_PRESETS, energy
 
 STYLE = """

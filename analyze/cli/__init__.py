@@ -1,0 +1,16 @@
+"""The `spiketrace` command line: one module per command group, each command a few lines
+over the library (analyze.results.Analysis, analyze.present). `main` is the entry point.
+
+    app.py             the group, one-line errors and exit codes, shared helpers
+    trace_commands.py  info, views, sql, validate
+    counts.py          counts
+    energy.py          energy, recost, presets list|show|validate|import-zigzag
+    plots.py           plot
+    report.py          report, diff
+    demo.py            demo
+"""
+
+from analyze.cli import counts, demo, energy, plots, report, trace_commands  # noqa: F401  (commands attach to main)
+from analyze.cli.app import main
+
+__all__ = ["main"]

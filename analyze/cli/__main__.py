@@ -1,0 +1,3 @@
+from analyze.cli import main
+
+main()

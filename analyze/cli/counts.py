@@ -1,0 +1,106 @@
+"""`spiketrace counts`: the op counters per module scope, op, stage or module class.
+
+`counts --format json` prints the document of analyze.present.counts (docs/counts_json.md);
+counts exits 1 when --strict or --min-coverage is not met.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from analyze.cli.app import _fail, _warn, main, one_line
+from analyze.counters import count
+from analyze.present import counts as counts_view
+from analyze.trace import open_trace
+
+
+class Fraction(click.ParamType):
+    """A fraction in 0..1, or a percentage such as 95%."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a fraction (0..1) or a percentage (95%)", param, ctx)
+        if not 0 <= number <= 1:
+            self.fail(f"{value!r} is outside 0..1 (write 95% for a percentage)", param, ctx)
+        return number
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--counter", "counter_names", multiple=True, metavar="NAMES",
+              help="Counters to run, comma separated or repeated (default: all of analyze.counters.COUNTERS).")
+@click.option("--by", "view", type=click.Choice(counts_view.VIEWS), default="scope", show_default=True,
+              help="Table: module tree, top ops, stages, or module classes.")
+@click.option("--depth", type=click.IntRange(min=0), help="--by scope: deepest level shown (Global is 0).")
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Ops shown per counter (--by op, and uncovered ops in the coverage block).")
+@click.option("--stage", help="Only events of this stage.")
+@click.option("--phase", help="Only events of this phase.")
+@click.option("--step", type=int, help="Only events of this step.")
+@click.option("--rank", type=int, help="Only events of this rank.")
+@click.option("--module", metavar="SCOPE", help="Only events attributed to SCOPE (and so to its subtree).")
+@click.option("--ops", multiple=True, metavar="GLOB", help="Only ops matching GLOB (a bare name matches as a prefix); repeatable.")
+@click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
+              help="Skip events while a module of this class (qualified or bare name) or path runs; repeatable.")
+@click.option("--compat", type=click.Choice(["spikingjelly"]), help="Count exactly as SpikingJelly 2.0.0 does.")
+@click.option("--strict", is_flag=True, help="Exit 1 when some counter has no rule for an op of the selection.")
+@click.option("--min-coverage", type=Fraction(), metavar="P",
+              help="Exit 1 when a counter covers less than P of the calls (0..1 or a percentage like 95%).")
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="csv and parquet write the tidy frame (counter, scope, op, [stage,] value).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout (parquet needs it).")
+def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
+           compat, strict, min_coverage, output_format, out) -> None:
+    """Count operations (FLOPs, MACs, ACs, ...) of TRACE, per module scope, op or stage.
+
+    Exit codes: 0 success; 1 --strict or --min-coverage not met (after printing the report);
+    2 bad arguments (an unknown counter) or the trace could not be read."""
+    if output_format == "parquet" and not out:
+        raise click.UsageError("--format parquet needs --out FILE")
+    names = [n.strip() for item in counter_names for n in item.split(",") if n.strip()] or None
+    selection = {"stage": stage, "phase": phase, "step": step, "rank": rank, "module": module,
+                 "ops": list(ops) or None, "ignore_modules": list(ignore_modules), "compat": compat}
+    with open_trace(trace_path) as trace:
+        _warn(trace)
+        try:
+            result = count(trace, names, by=("stage",) if view == "stage" else (), **selection)
+        except ValueError as exc:
+            _fail(one_line(exc), 2)
+        names = names or counts_view.counter_names(result)
+        if result.frame.empty and result.unsupported.empty:
+            click.echo("warning: no events match the selection", err=True)
+        document = counts_view.counts_json(result, trace, counters=names)
+        fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
+        if output_format in ("csv", "parquet"):
+            frame = counts_view.tidy_frame(result, names)
+            if output_format == "parquet":
+                frame.to_parquet(out, index=False)
+            elif out:
+                frame.to_csv(out, index=False)
+            else:
+                click.echo(frame.to_csv(index=False), nl=False)
+        else:
+            if output_format == "json":
+                text = json.dumps(document, indent=1)
+            else:
+                modules = counts_view.module_classes(trace)
+                text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
+            if out:
+                with open(out, "w") as handle:
+                    handle.write(text + "\n")
+            else:
+                click.echo(text)
+    problem = (counts_view.strict_problem(result) if strict else None) or (
+        counts_view.coverage_problem(fractions, min_coverage) if min_coverage is not None else None)
+    if problem:
+        _fail(problem, 1)
+
+

@@ -1,0 +1,184 @@
+"""`spiketrace energy`, `recost` and `presets`: thin commands over analyze.energy.
+
+`energy --format json` prints the report's fields (the model's `Report.to_json()`, SpikingJelly's
+field names); `presets show --format json` prints `Preset.to_json()`, whose dotted parameter
+keys are the ones `--set` and `recost --sweep` take.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import numpy as np
+import pandas as pd
+
+from analyze import energy as energy_models
+from analyze.energy import list_presets, load_preset, read_preset_file
+from analyze.cli.app import main
+from analyze.trace import open_trace
+
+
+def _pj(value: float) -> str:
+    for unit, scale in (("J", 1e12), ("mJ", 1e9), ("uJ", 1e6), ("nJ", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:,.3f} {unit}"
+    return f"{value:,.3f} pJ"
+
+
+def _headline_values(frame):
+    """Non-energy totals a model reports (SpikeSim's area_mm2, latency_ms) as (key, value, unit)."""
+    if "value" not in frame.columns:
+        return []
+    rows = frame[(frame["breakdown"] == "total") & frame["pj"].isna() & frame["value"].notna()]
+    return [(k, float(v), u if "unit" in frame.columns else "") for k, v, u in
+            zip(rows["key"], rows["value"], rows["unit"] if "unit" in frame.columns else [""] * len(rows))]
+
+
+def _progress(items):
+    if not sys.stderr.isatty():
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc="presets", unit="preset", file=sys.stderr)
+
+
+def _model_option():
+    return click.option("--model", "model", type=click.Choice(sorted(energy_models.MODELS)), default="compute",
+                        show_default=True, help="Energy model.")
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@_model_option()
+@click.option("--preset", metavar="NAME|FILE", help="Shipped preset name or TOML file (default: the model's).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a preset parameter, e.g. e_mac_pj=3.1 or 'memory.sram_2MB.r_cost=2.5 fJ/bit'.")
+@click.option("--stage", help="Only this stage.")
+@click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME")
+@click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
+@click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
+@click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
+              "model reports; default: component, or the model's first).")
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
+    """Energy of TRACE under one preset."""
+    with open_trace(trace_path) as trace:
+        report = energy_models.energy(trace, model, preset, overrides=overrides, stage=stage, compat=compat,
+                                      ignore_modules=ignore_modules, strict=strict)
+    if output_format == "json":
+        click.echo(json.dumps(report.to_json(), indent=2, default=str))
+        return
+    frame = report.to_frame()
+    if output_format == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+        return
+    # views with energies; others (area, unsupported ops) are in --format json/csv
+    views = [v for v in frame["breakdown"].unique() if v not in ("total", "count")
+             and frame.loc[frame["breakdown"] == v, "pj"].notna().any()]
+    if view is None:
+        view = "component" if "component" in views else (views[0] if views else None)
+    elif view not in views:
+        raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
+    rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()].sort_values("pj", ascending=False)
+    total = float(frame.loc[frame["key"].isin(["energy_total_pj", "total_pj"]), "pj"].iloc[0])
+    chosen = preset or energy_models.DEFAULT_PRESETS[model]
+    click.echo(f"{model} energy under {chosen}: {_pj(total)}" + (f" ({', '.join(overrides)})" if overrides else ""))
+    width = max([len(str(k)) for k in rows["key"]] + [len(str(view))])
+    if view is not None:
+        click.echo(f"{view:<{width}}  {'energy':>14}  share")
+    for key, pj in zip(rows["key"], rows["pj"]):
+        share = f"{100 * pj / total:5.1f}%" if total else "   - "
+        click.echo(f"{key:<{width}}  {_pj(pj):>14}  {share}")
+    for key, value, unit in _headline_values(frame):
+        click.echo(f"{key}: {value:,.6g} {unit}")
+    for warning in getattr(report, "warnings", []) or []:
+        click.echo(f"warning: {warning}", err=True)
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@_model_option()
+@click.option("--preset", "presets", multiple=True, metavar="NAME|FILE", help="A preset to cost (repeatable).")
+@click.option("--base", metavar="NAME|FILE", help="The preset --sweep varies (default: the model's).")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=START:STOP:N",
+              help="Sweep a parameter over N evenly spaced values (repeatable: the cartesian product).")
+@click.option("--stage", help="Only this stage.")
+@click.option("--compat", type=click.Choice(["spikingjelly"]))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="results.parquet (or .csv)")
+def recost(trace_path, model, presets, base, sweeps, stage, compat, out):
+    """Cost TRACE under many presets; the trace is mapped once."""
+    sweep = {}
+    for text in sweeps:
+        key, sep, spec = text.partition("=")
+        parts = spec.split(":")
+        if not sep or len(parts) != 3:
+            raise click.UsageError(f"--sweep {text!r}: expected KEY=START:STOP:N")
+        try:
+            sweep[key] = [float(v) for v in np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))]
+        except ValueError:
+            raise click.UsageError(f"--sweep {text!r}: START and STOP must be numbers and N an integer") from None
+    with open_trace(trace_path) as trace:
+        frame = energy_models.recost(trace, model, list(presets), sweep=sweep or None, base=base, stage=stage,
+                                     compat=compat, progress=_progress)
+    (frame.to_csv(out, index=False) if out.endswith(".csv") else frame.to_parquet(out, index=False))
+    n = frame["preset"].nunique()
+    click.echo(f"wrote {len(frame)} rows for {n} preset(s) to {out}")
+
+@main.group()
+def presets():
+    """Shipped hardware presets: list, show, validate."""
+
+@presets.command("list")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def list_command(output_format):
+    shipped = list_presets()
+    if output_format == "json":
+        click.echo(json.dumps([{"name": p.name, "model": p.model, "description": p.description,
+                                "source": p.source} for p in shipped], indent=2))
+        return
+    frame = pd.DataFrame([(p.name, p.model, p.description) for p in shipped], columns=["name", "model", "description"])
+    click.echo(frame.to_string(index=False))
+
+@presets.command("show")
+@click.argument("name", metavar="NAME|FILE")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def show(name, overrides, output_format):
+    preset = load_preset(name, overrides)
+    if output_format == "json":
+        click.echo(json.dumps(preset.to_json(), indent=2))
+        return
+    click.echo(f"{preset.name} ({preset.model}): {preset.description}\nsource: {preset.source}")
+    for key, value in preset.flat().items():
+        click.echo(f"  {key} = {value} {preset.units.get(key, '')}".rstrip())
+
+@presets.command("import-zigzag")
+@click.argument("hardware", type=click.Path())
+@click.option("--base", default="neuromc-like-v1", show_default=True, help="The NeuroMC preset to derive from.")
+@click.option("--map", "pairs", multiple=True, metavar="ZIGZAG=INSTANCE",
+              help="Put ZigZag memory ZIGZAG in place of NeuroMC instance INSTANCE (default: same names).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The preset TOML to write.")
+def import_zigzag(hardware, base, pairs, out):
+    """Derive a NeuroMC preset whose memories come from a ZigZag hardware YAML."""
+    from pathlib import Path
+
+    from analyze.energy.neuromc.zigzag import preset_from_zigzag, preset_toml
+
+    mapping = {}
+    for pair in pairs:
+        source, sep, target = pair.partition("=")
+        if not sep:
+            raise click.UsageError(f"--map {pair!r}: expected ZIGZAG=INSTANCE")
+        mapping[source.strip()] = target.strip()
+    preset = preset_from_zigzag(hardware, base, mapping or None)
+    Path(out).write_text(preset_toml(preset))
+    read_preset_file(out)  # what we wrote loads back
+    click.echo(f"wrote {out}: {preset.name} ({len(preset.overrides)} parameters from {hardware})")
+
+@presets.command("validate")
+@click.argument("path", type=click.Path())
+def validate(path):
+    """Check a preset file: its keys, units and values for its model."""
+    preset = read_preset_file(path)
+    click.echo(f"{path}: ok ({preset.model} preset {preset.name!r}, {len(preset.flat())} parameters)")

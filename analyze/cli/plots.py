@@ -1,0 +1,55 @@
+"""`spiketrace plot TRACE KIND --out FILE`: a thin command over analyze.present.plots."""
+
+from __future__ import annotations
+
+import click
+import pandas as pd
+
+from analyze.cli.app import main
+from analyze.trace import open_trace
+
+KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "compare")
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="file.png, .svg, .pdf or .html")
+@click.option("--model", default="compute", show_default=True, help="Energy model (energy, stages, compare).")
+@click.option("--preset", metavar="NAME|FILE", help="Preset (energy, stages, compare).")
+@click.option("--recost", "recost_path", type=click.Path(exists=True, dir_okay=False),
+              help="sweep, sweep-heatmap: a `spiketrace recost` result (.parquet or .csv).")
+@click.option("--x", "x_key", metavar="KEY", help="sweep, sweep-heatmap: the swept key on the x axis.")
+@click.option("--y", "y_key", metavar="KEY", help="sweep-heatmap: the swept key on the y axis.")
+@click.option("--other", type=click.Path(), help="compare: the second trace.")
+@click.option("--peak-flops", type=float, help="roofline: peak FLOP/s of the target machine.")
+@click.option("--bandwidth", type=float, help="roofline: memory bandwidth in byte/s.")
+def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other, peak_flops, bandwidth):
+    """Draw one figure of TRACE (for sweep kinds, of a recost result) into --out."""
+    from analyze.present import plots
+
+    if kind in ("sweep", "sweep-heatmap"):
+        if not recost_path or not x_key or (kind == "sweep-heatmap" and not y_key):
+            raise click.UsageError(f"{kind} needs --recost FILE and --x KEY" + (" and --y KEY" if kind != "sweep" else ""))
+        frame = pd.read_csv(recost_path) if recost_path.endswith(".csv") else pd.read_parquet(recost_path)
+        for key in filter(None, (x_key, y_key)):
+            if key not in frame.columns:
+                raise click.UsageError(f"{recost_path} has no swept column {key!r}")
+        figure = plots.sweep_curves(frame, x_key) if kind == "sweep" else plots.sweep_heatmap(frame, x_key, y_key)
+        click.echo(f"wrote {plots.save(figure, out)}")
+        return
+    with open_trace(trace_path) as trace:
+        if kind == "energy":
+            figure = plots.energy_by_layer(trace, model, preset)
+        elif kind == "stages":
+            figure = plots.stage_breakdown(trace, model, preset)
+        elif kind == "spikes":
+            figure = plots.spike_rate_heatmap(trace)
+        elif kind == "roofline":
+            figure = plots.roofline(trace, peak_flops=peak_flops, bandwidth=bandwidth)
+        else:
+            if not other:
+                raise click.UsageError("compare needs --other TRACE")
+            with open_trace(other) as second:
+                figure = plots.compare(trace, second, model, preset, labels=(trace_path, other))
+    click.echo(f"wrote {plots.save(figure, out)}")

@@ -1,0 +1,75 @@
+"""`spiketrace diff A B` and `spiketrace report TRACE`: thin commands over analyze.present.diff / analyze.present.report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from analyze.cli.app import main
+from analyze.present.diff import ConditionError, diff_traces
+from analyze.trace import open_trace
+
+
+def _change(relative) -> str:
+    if relative is None or relative != relative:
+        return "new"
+    return f"{100 * relative:+.1f}%"
+
+
+@main.command()
+@click.argument("trace_a", metavar="A", type=click.Path())
+@click.argument("trace_b", metavar="B", type=click.Path())
+@click.option("--model", default="compute", show_default=True, help="Energy model compared.")
+@click.option("--preset", metavar="NAME|FILE", help="Preset for the energy (default: the model's).")
+@click.option("--fail-if", "conditions", multiple=True, metavar="COND",
+              help="Exit 1 when COND holds, e.g. 'energy.total>+5%' or 'counts.mac>1000' (repeatable).")
+@click.option("--top", type=int, default=15, show_default=True, help="Changed per-module rows shown.")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
+    """What changed from trace A to trace B: model, counts, energy and spike rates."""
+    with open_trace(trace_a) as a, open_trace(trace_b) as b:
+        result = diff_traces(a, b, model=model, preset=preset)
+    try:
+        failed = result.failures(conditions)
+    except ConditionError as problem:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(2)
+    if output_format == "json":
+        document = result.to_json()
+        document["failed_conditions"] = failed
+        click.echo(json.dumps(document, indent=2))
+    else:
+        same = "same model" if result.same_model else f"model changed in {len(result.changed_modules())} module(s)"
+        click.echo(f"A: {result.a}\nB: {result.b}\n{same}")
+        for path, (x, y) in list(result.changed_modules().items())[:top]:
+            click.echo(f"  {path}: {x or '-'} -> {y or '-'}")
+        frame = result.metrics
+        totals = frame[frame["scope"] == "Global"]
+        click.echo("\ntotals")
+        for row in totals.itertuples():
+            click.echo(f"  {row.metric:<28} {row.a:>16,.6g} -> {row.b:<16,.6g} {_change(row.relative)}")
+        changed = frame[(frame["scope"] != "Global") & (frame["delta"] != 0)].copy()
+        changed["size"] = changed["relative"].map(lambda r: float("inf") if r is None or r != r else abs(r))
+        changed = changed.sort_values("size", ascending=False).head(top)
+        click.echo(f"\nlargest per-module changes ({len(changed)} shown)")
+        for row in changed.itertuples():
+            click.echo(f"  {row.metric:<16} {row.scope:<36} {row.a:>14,.6g} -> {row.b:<14,.6g} {_change(row.relative)}")
+        for sentence in failed:
+            click.echo(f"FAIL: {sentence}", err=True)
+    if failed:
+        sys.exit(1)
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="report.html")
+@click.option("--model", default="compute", show_default=True)
+@click.option("--preset", metavar="NAME|FILE")
+def report(trace_path, out, model, preset):
+    """One self-contained HTML page: summary, breakdowns, plots and coverage."""
+    from analyze.present.report import write_report
+
+    with open_trace(trace_path) as trace:
+        path = write_report(trace, out, model=model, preset=preset)
+    click.echo(f"wrote {path}")

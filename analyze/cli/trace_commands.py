@@ -1,0 +1,160 @@
+"""Commands that read a trace as it is: info, views, sql, validate.
+
+`info --format json` prints one object: {"trace": Trace.summary(), "ops": [{"op", "count"}],
+"stages": [rows of the stages view], "modules": [...]}. `sql --format json` prints a list of
+row objects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+import click
+
+from analyze.cli.app import CommandUnavailable, _table, _warn, main
+from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
+
+
+def _time(epoch) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _fields(mapping: dict) -> str:
+    width = max(map(len, mapping))
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in mapping.items())
+
+
+def _rows(trace: Trace, query: str) -> list[dict]:
+    return trace.arrow(query).to_pylist()
+
+
+def print_info(trace: Trace, output_format: str) -> None:
+    summary = trace.summary()
+    if output_format == "json":
+        document = {
+            "trace": summary,
+            "ops": _rows(trace, OP_COUNTS_QUERY),
+            "stages": _rows(trace, STAGES_QUERY),
+            "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
+        }
+        click.echo(json.dumps(document, indent=1, default=str))
+        return
+    facts = {key: summary[key] for key in ("path", "status", "schema_version", "device", "ranks", "world_size")}
+    if summary["status"] == "mixed":
+        facts["status"] = ", ".join(f"rank {r}: {s}" for r, s in summary["rank_status"].items())
+    facts |= {
+        "started_at": _time(summary["started_at"]),
+        "ended_at": _time(summary["ended_at"]),
+        "steps_recorded": summary["steps_recorded"],
+        "versions": json.dumps(summary["versions"]),
+        "metadata": json.dumps(summary["metadata"], default=str),
+    }
+    click.echo(_fields(facts))
+    for warning in summary["warnings"]:
+        click.echo(f"warning: {warning}")
+    click.echo("\ncounts:")
+    click.echo(_fields(summary["counts"]))
+    click.echo("\nops:")
+    click.echo(_table(trace.op_counts()))
+    click.echo("\nstages:")
+    click.echo(_table(trace.stages()))
+    click.echo("\nops per module scope (SpikingJelly attribution) and output spike rate:")
+    click.echo(_table(module_breakdown(trace)))
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+def info(trace_path: str, output_format: str) -> None:
+    """Summarise TRACE: manifest facts, counts, the ops seen and the stages."""
+    with open_trace(trace_path) as trace:
+        print_info(trace, output_format)
+
+
+def _shell(trace_path: str) -> None:
+    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL)."""
+    import os
+    import shutil
+    import tempfile
+
+    binary = shutil.which("duckdb")
+    if binary is None:
+        raise CommandUnavailable(
+            "no `duckdb` shell on PATH: install the DuckDB CLI (https://duckdb.org/docs/installation, "
+            "e.g. `curl https://install.duckdb.org | sh`), or pass a QUERY"
+        )
+    with open_trace(trace_path) as trace:
+        schemas = trace.con.execute(
+            "SELECT DISTINCT schema_name FROM duckdb_tables() WHERE NOT internal AND schema_name <> 'main'").fetchall()
+        tables = [(f"CREATE SCHEMA IF NOT EXISTS {name}",) for (name,) in schemas]
+        tables += trace.con.execute("SELECT sql FROM duckdb_tables() WHERE NOT internal").fetchall()
+        views = trace.con.execute(
+            "SELECT sql FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' ORDER BY view_oid").fetchall()
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="spiketrace-", delete=False) as script:
+        for (statement,) in tables + views:
+            script.write(statement.rstrip().rstrip(";") + ";\n")
+        script.write(".print 'spiketrace: views of the trace are defined; try  SELECT * FROM module_ops LIMIT 10;'\n")
+    os.execv(binary, [binary, "-init", script.name])
+
+
+@main.command()
+def views() -> None:
+    """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
+    from analyze.trace.views import sql_views
+
+    from analyze.result_tables import result_views
+
+    shipped = sql_views()
+    shipped.update({name: (f"{summary} (needs the energy table)", q) for name, (summary, q) in result_views().items()})
+    shipped["counts"] = ("the counters' tidy results: counter, scope, op, stage, value (computed on demand)", "")
+    shipped["energy"] = ("one energy report as rows: model, preset, breakdown, key, pj, count (on demand)", "")
+    width = max(map(len, shipped))
+    for name, (summary, _) in shipped.items():
+        click.echo(f"{name:<{width}}  {summary}")
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.argument("query", required=False)
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option("--model", default="compute", show_default=True, help="Energy model of the `energy` table.")
+@click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
+def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None) -> None:
+    """Run QUERY (DuckDB SQL over the trace's views) and print the result; with no QUERY,
+    open the duckdb shell on the views."""
+    if query is None:
+        _shell(trace_path)
+        return
+    with open_trace(trace_path) as trace:
+        from analyze.result_tables import ensure_for_query
+
+        ensure_for_query(trace, query, model=model, preset=preset)  # `counts`, `energy` and its views, computed when named
+        _warn(trace)
+        if output_format == "json":
+            click.echo(json.dumps(trace.arrow(query).to_pylist(), indent=1, default=str))
+        elif output_format == "csv":
+            click.echo(trace.sql(query).to_csv(index=False), nl=False)
+        else:
+            click.echo(_table(trace.sql(query)))
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+def validate(trace_path: str) -> None:
+    """Check TRACE deeply (counts, unique ids, references); exit 1 on problems."""
+    with open_trace(trace_path) as trace:
+        _warn(trace)
+        problems = trace.validate()
+        for problem in problems:
+            click.echo(problem)
+        if problems:
+            sys.exit(1)
+        counts = ", ".join(f"{trace.count(table)} {table}" for table in trace.parts)
+        click.echo(f"OK: {trace.path} (ranks {trace.ranks}; {counts})")
+
+
