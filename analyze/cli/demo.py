@@ -8,6 +8,7 @@ from analyze.cli.app import CommandUnavailable, main
 from analyze.cli.trace_commands import print_info
 from analyze.counters import count
 from analyze.present import counts as counts_view
+from analyze.present.units import format_energy
 from analyze.trace import open_trace
 
 
@@ -29,8 +30,8 @@ def demo(out: str, output_format: str) -> None:
             click.echo("\noperation counts per module (offline, equal to SpikingJelly's counters):")
             click.echo(counts_view.table_text(result, "scope", 2, 3, coverage=counts_view.coverage(result)))
             report = energy(trace, "compute", "compute-fp32-45nm")
-            click.echo(f"\ncompute energy (compute-fp32-45nm): {report.energy_total_pj / 1e6:.3f} uJ; by stage: "
-                       + ", ".join(f"{k} {v / 1e6:.3f} uJ" for k, v in report.energy_by_stage.items()))
+            click.echo(f"\ncompute energy (compute-fp32-45nm): {format_energy(report.energy_total_pj)}; by stage: "
+                       + ", ".join(f"{k} {format_energy(v)}" for k, v in report.energy_by_stage.items()))
             click.echo(f"next: spiketrace counts {out} --by op | spiketrace energy {out} --by stage | "
                        f"spiketrace report {out} --out report.html")
 

@@ -17,14 +17,8 @@ import pandas as pd
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
 from analyze.cli.app import main
-from analyze.trace import open_trace
-
-
-def _pj(value: float) -> str:
-    for unit, scale in (("J", 1e12), ("mJ", 1e9), ("uJ", 1e6), ("nJ", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.3f} {unit}"
-    return f"{value:,.3f} pJ"
+from analyze.present.units import format_energy
+from analyze.results import Analysis
 
 
 def _headline_values(frame):
@@ -64,9 +58,9 @@ def _model_option():
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
     """Energy of TRACE under one preset."""
-    with open_trace(trace_path) as trace:
-        report = energy_models.energy(trace, model, preset, overrides=overrides, stage=stage, compat=compat,
-                                      ignore_modules=ignore_modules, strict=strict)
+    with Analysis(trace_path) as analysis:
+        report = analysis.energy(model, preset, overrides=overrides, stage=stage, compat=compat,
+                                 ignore_modules=ignore_modules, strict=strict)
     if output_format == "json":
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
         return
@@ -84,13 +78,13 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
     rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()].sort_values("pj", ascending=False)
     total = float(frame.loc[frame["key"].isin(["energy_total_pj", "total_pj"]), "pj"].iloc[0])
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy under {chosen}: {_pj(total)}" + (f" ({', '.join(overrides)})" if overrides else ""))
+    click.echo(f"{model} energy under {chosen}: {format_energy(total)}" + (f" ({', '.join(overrides)})" if overrides else ""))
     width = max([len(str(k)) for k in rows["key"]] + [len(str(view))])
     if view is not None:
         click.echo(f"{view:<{width}}  {'energy':>14}  share")
     for key, pj in zip(rows["key"], rows["pj"]):
         share = f"{100 * pj / total:5.1f}%" if total else "   - "
-        click.echo(f"{key:<{width}}  {_pj(pj):>14}  {share}")
+        click.echo(f"{key:<{width}}  {format_energy(pj):>14}  {share}")
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:
@@ -118,12 +112,13 @@ def recost(trace_path, model, presets, base, sweeps, stage, compat, out):
             sweep[key] = [float(v) for v in np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))]
         except ValueError:
             raise click.UsageError(f"--sweep {text!r}: START and STOP must be numbers and N an integer") from None
-    with open_trace(trace_path) as trace:
-        frame = energy_models.recost(trace, model, list(presets), sweep=sweep or None, base=base, stage=stage,
-                                     compat=compat, progress=_progress)
+    with Analysis(trace_path) as analysis:
+        frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, stage=stage, compat=compat,
+                                progress=_progress)
     (frame.to_csv(out, index=False) if out.endswith(".csv") else frame.to_parquet(out, index=False))
     n = frame["preset"].nunique()
     click.echo(f"wrote {len(frame)} rows for {n} preset(s) to {out}")
+
 
 @main.group()
 def presets():

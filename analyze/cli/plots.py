@@ -6,7 +6,7 @@ import click
 import pandas as pd
 
 from analyze.cli.app import main
-from analyze.trace import open_trace
+from analyze.results import Analysis
 
 KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "compare")
 
@@ -38,18 +38,18 @@ def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other,
         figure = plots.sweep_curves(frame, x_key) if kind == "sweep" else plots.sweep_heatmap(frame, x_key, y_key)
         click.echo(f"wrote {plots.save(figure, out)}")
         return
-    with open_trace(trace_path) as trace:
+    with Analysis(trace_path) as analysis:
         if kind == "energy":
-            figure = plots.energy_by_layer(trace, model, preset)
+            figure = plots.energy_by_layer(analysis, model, preset)
         elif kind == "stages":
-            figure = plots.stage_breakdown(trace, model, preset)
+            figure = plots.stage_breakdown(analysis, model, preset)
         elif kind == "spikes":
-            figure = plots.spike_rate_heatmap(trace)
+            figure = plots.spike_rate_heatmap(analysis)
         elif kind == "roofline":
-            figure = plots.roofline(trace, peak_flops=peak_flops, bandwidth=bandwidth)
+            figure = plots.roofline(analysis, peak_flops=peak_flops, bandwidth=bandwidth)
         else:
             if not other:
                 raise click.UsageError("compare needs --other TRACE")
-            with open_trace(other) as second:
-                figure = plots.compare(trace, second, model, preset, labels=(trace_path, other))
+            with Analysis(other) as second:
+                figure = plots.compare(analysis, second, model, preset, labels=(trace_path, other))
     click.echo(f"wrote {plots.save(figure, out)}")

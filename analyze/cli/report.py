@@ -9,7 +9,7 @@ import click
 
 from analyze.cli.app import main
 from analyze.present.diff import ConditionError, diff_traces
-from analyze.trace import open_trace
+from analyze.results import Analysis
 
 
 def _change(relative) -> str:
@@ -29,7 +29,7 @@ def _change(relative) -> str:
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
     """What changed from trace A to trace B: model, counts, energy and spike rates."""
-    with open_trace(trace_a) as a, open_trace(trace_b) as b:
+    with Analysis(trace_a) as a, Analysis(trace_b) as b:
         result = diff_traces(a, b, model=model, preset=preset)
     try:
         failed = result.failures(conditions)
@@ -61,6 +61,7 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
     if failed:
         sys.exit(1)
 
+
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="report.html")
@@ -70,6 +71,6 @@ def report(trace_path, out, model, preset):
     """One self-contained HTML page: summary, breakdowns, plots and coverage."""
     from analyze.present.report import write_report
 
-    with open_trace(trace_path) as trace:
-        path = write_report(trace, out, model=model, preset=preset)
+    with Analysis(trace_path) as analysis:
+        path = write_report(analysis, out, model=model, preset=preset)
     click.echo(f"wrote {path}")

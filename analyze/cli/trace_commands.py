@@ -107,7 +107,7 @@ def views() -> None:
     """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
     from analyze.trace.views import sql_views
 
-    from analyze.result_tables import result_views
+    from analyze.present.sql_tables import result_views
 
     shipped = sql_views()
     shipped.update({name: (f"{summary} (needs the energy table)", q) for name, (summary, q) in result_views().items()})
@@ -131,7 +131,7 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
         _shell(trace_path)
         return
     with open_trace(trace_path) as trace:
-        from analyze.result_tables import ensure_for_query
+        from analyze.present.sql_tables import ensure_for_query
 
         ensure_for_query(trace, query, model=model, preset=preset)  # `counts`, `energy` and its views, computed when named
         _warn(trace)

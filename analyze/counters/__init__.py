@@ -17,7 +17,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analyze.counters import ac, flop, mac, memory_access, synop
-from analyze.counters.engine import COMPAT_MODES, CounterResult, StrictModeError, count_events
+from analyze.counters.engine import COMPAT_MODES, count_events
+from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
 from analyze.counters.neuron_state import neuron_state
 from analyze.counters.sql import MACROS

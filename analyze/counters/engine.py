@@ -10,7 +10,7 @@ module is active: by default only modules really running (their scope name is in
 
 How, for speed (the numbers are those of the definition above): events stream in chunks,
 read and gathered by a second thread while the previous chunk is evaluated. Ops are grouped
-by the op_facts columns their rules read (`partitions`); per group, gather.py builds just
+by the op_facts columns their rules read (partitions.py); per group, gather.py builds just
 those columns for just its events, and one SQL pass sums every counter's values per (rank,
 scope, op, group columns). Only these small sums are then attributed to the scopes' parents.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import queue
 import threading
 from contextlib import closing
-from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
@@ -29,60 +28,11 @@ import pyarrow as pa
 
 from analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
 from analyze.counters.gather import JsonReadError, OpFactsBuilder
+from analyze.counters.partitions import Partition, partitions
+from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.sql import MACROS
 
 COMPAT_MODES = (None, "spikingjelly")
-
-
-class StrictModeError(RuntimeError):
-    """strict=True and some op no rule covers was met (or SpikingJelly would abort)."""
-
-
-@dataclass
-class CounterResult:
-    """Counts of several counters over one trace selection."""
-
-    frame: pd.DataFrame  # counter, scope, op, value (+ group columns)
-    unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
-    aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
-    selected_events: int = 0  # events of the selection no ignored module touches
-    # extra views of some counters: counter, family, scope, metric, value (neuron_state's
-    # "metrics" and "projection", SpikingJelly's get_metric_counts / get_projection_counts)
-    details: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        {"counter": [], "family": [], "scope": [], "metric": [], "value": pd.Series([], dtype="int64")}))
-
-    def coverage(self, counter: str) -> float:
-        """Fraction of the selected events some rule of `counter` covers (1.0 when none)."""
-        uncovered = sum(self.unsupported_of(counter).values())
-        return 1.0 if self.selected_events == 0 else (self.selected_events - uncovered) / self.selected_events
-
-    def totals(self) -> dict[str, int]:
-        """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
-        totals = {c: 0 for c in self.frame["counter"].unique()}
-        globals_ = self.frame[self.frame["scope"] == "Global"]
-        totals.update({c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()})
-        return totals
-
-    def spikingjelly(self, counter: str) -> dict[str, dict[str, int]]:
-        """SpikingJelly's get_counts() shape: {scope: {op: value}} (summed over any group columns)."""
-        rows = self.frame[self.frame["counter"] == counter]
-        summed = rows.groupby(["scope", "op"], sort=False)["value"].sum()
-        result: dict[str, dict[str, int]] = {}
-        for (scope, op), value in summed.items():
-            result.setdefault(scope, {})[op] = int(value)
-        return result
-
-    def details_of(self, counter: str, family: str) -> dict[str, dict[str, int]]:
-        """{scope: {metric: value}} of one extra view, e.g. ("neuron_state", "metrics")."""
-        rows = self.details[(self.details["counter"] == counter) & (self.details["family"] == family)]
-        result: dict[str, dict[str, int]] = {}
-        for scope, metric, value in zip(rows["scope"], rows["metric"], rows["value"]):
-            result.setdefault(scope, {})[metric] = int(value)
-        return result
-
-    def unsupported_of(self, counter: str) -> dict[str, int]:
-        rows = self.unsupported[self.unsupported["counter"] == counter]
-        return {op: int(n) for op, n in zip(rows["op"], rows["calls"])}
 
 
 def _sql_string(text: str) -> str:
@@ -156,39 +106,6 @@ def _summed(frames: list[pd.DataFrame], keys: list[str], values: list[str]) -> p
         return pd.DataFrame({**{k: pd.Series([], dtype=object) for k in keys}, **{v: pd.Series([], dtype="int64") for v in values}})
     frame = pd.concat(frames, ignore_index=True)
     return frame.groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
-
-
-@dataclass
-class Partition:
-    """Ops whose rules read about the same op_facts columns, evaluated together over just
-    those columns of just their events."""
-
-    ops: list[str]
-    columns: set[str]
-    sql: str = ""
-
-
-def partitions(calls: dict[str, int], reads: dict[str, set[str]], share: int = 16, pass_cells: int = 10**6) -> list[Partition]:
-    """Ops grouped by the columns their rules read. A group of fewer than 1/`share` of the
-    events joins the partition where it adds the fewest cells to gather, if fewer than a
-    partition of its own would cost (one more SQL pass, as much as gathering `pass_cells`)."""
-    groups: dict[frozenset, list[str]] = {}
-    for op in sorted(calls):
-        groups.setdefault(frozenset(reads.get(op, ())), []).append(op)
-    total = sum(calls.values())
-    ordered = sorted(groups.items(), key=lambda item: (-sum(calls[op] for op in item[1]), sorted(item[1])))
-    parts: list[Partition] = []
-    for columns, ops in ordered:
-        rows = sum(calls[op] for op in ops)
-        added = {id(p): rows * len(p.columns - columns) + sum(calls[op] for op in p.ops) * len(columns - p.columns)
-                 for p in parts}  # cells to gather more if the group joins p
-        best = min(parts, key=lambda p: added[id(p)], default=None)
-        if best is None or share * rows >= total or added[id(best)] >= pass_cells:
-            parts.append(Partition(list(ops), set(columns)))
-        else:
-            best.ops += ops
-            best.columns |= columns
-    return parts
 
 
 class _Plan:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyze.counters.arrays import Index, TensorStates, numpy_column, take_sorted, unique_keys
 from analyze.counters.facts import EVENT_COLUMNS, PROD_OF_NULL, column_fact, shape_facts
 
 # A tensor use's slot as one integer (computed in SQL): role (arg 0, out 1, kwarg 2, other 3)
@@ -29,117 +30,8 @@ from analyze.counters.facts import EVENT_COLUMNS, PROD_OF_NULL, column_fact, sha
 _ROLE, _ITEM, _POSITION = 1 << 20, 1 << 19, 1 << 16
 
 
-def _numpy(column) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values, validity or None when no nulls) of an Arrow column; nulls hold 0/False."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    valid = None
-    if array.null_count:
-        valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        array = pc.fill_null(array, False if pa.types.is_boolean(array.type) else 0)
-    return np.asarray(array.to_numpy(zero_copy_only=False)), valid
-
-
-class Index:
-    """Row of each key in `keys` (the first, if repeated), -1 where absent: a dense table
-    when the keys are about contiguous (seq, tensor ids of one chunk), else a sorted one."""
-
-    def __init__(self, keys: np.ndarray) -> None:
-        self.size = len(keys)
-        self.low = int(keys.min()) if self.size else 0
-        span = int(keys.max()) - self.low + 1 if self.size else 0
-        self.dense = span <= 4 * self.size + 4096
-        if self.dense:
-            self.table = np.full(span, -1, dtype=np.int32)
-            self.table[keys[::-1] - self.low] = np.arange(self.size - 1, -1, -1, dtype=np.int32)
-        else:
-            self.order = np.argsort(keys, kind="stable").astype(np.int32)
-            self.sorted = keys[self.order]
-
-    def find(self, keys: np.ndarray) -> np.ndarray:
-        if not self.size:
-            return np.full(len(keys), -1, dtype=np.int32)
-        if self.dense:
-            offset = keys - self.low
-            if len(offset) and (offset.min() < 0 or offset.max() >= len(self.table)):
-                inside = (offset >= 0) & (offset < len(self.table))
-                return np.where(inside, self.table[np.where(inside, offset, 0)], -1)
-            return self.table[offset]
-        position = np.minimum(np.searchsorted(self.sorted, keys), self.size - 1)
-        return np.where(self.sorted[position] == keys, self.order[position], -1)
-
-
-class TensorStates:
-    """Some tensor states: their ids, per-state numpy columns (name -> (values, validity))
-    and their shapes (a chunked list array, or None when no rule reads shapes)."""
-
-    def __init__(self, ids: np.ndarray, columns: dict, shape: pa.ChunkedArray | None) -> None:
-        self.ids, self.columns, self.shape = ids, columns, shape
-        self._index: Index | None = None
-
-    @property
-    def index(self) -> Index:
-        if self._index is None:
-            self._index = Index(self.ids)
-        return self._index
-
-    @classmethod
-    def from_arrow(cls, table: pa.Table) -> TensorStates:
-        columns = {name: _numpy(table.column(name)) for name in table.column_names[1:] if name != "shape"}
-        shape = table.column("shape") if "shape" in table.column_names else None
-        return cls(_numpy(table.column("tensor_id"))[0].astype(np.int64), columns, shape)
-
-    def take(self, rows: np.ndarray) -> TensorStates:
-        columns = {n: (v[rows], None if ok is None else ok[rows]) for n, (v, ok) in self.columns.items()}
-        shape = None if self.shape is None else pa.chunked_array([_take(self.shape, rows)], self.shape.type)
-        return TensorStates(self.ids[rows], columns, shape)
-
-    @staticmethod
-    def concat(parts: list[TensorStates]) -> TensorStates:
-        parts = [p for p in parts if len(p.ids)] or parts[:1]
-        if len(parts) == 1:
-            return parts[0]
-        columns = {}
-        for name in parts[0].columns:
-            values = np.concatenate([p.columns[name][0] for p in parts])
-            valid = None
-            if any(p.columns[name][1] is not None for p in parts):
-                valid = np.concatenate([np.ones(len(p.ids), bool) if p.columns[name][1] is None
-                                        else p.columns[name][1] for p in parts])
-            columns[name] = (values, valid)
-        shape = None if parts[0].shape is None else pa.chunked_array(
-            [c for p in parts for c in p.shape.chunks], parts[0].shape.type)
-        return TensorStates(np.concatenate([p.ids for p in parts]), columns, shape)
-
-
-def _take_sorted(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
-    """column.take(rows) for sorted rows, one chunk at a time (DuckDB's results come in many
-    small chunks, and a take across them costs far more)."""
-    ends = np.cumsum([len(c) for c in column.chunks])
-    cut = np.searchsorted(rows, ends)
-    pieces = [chunk.take(pa.array(rows[start:stop] - (end - len(chunk))))
-              for chunk, end, start, stop in zip(column.chunks, ends, [0, *cut[:-1]], cut) if stop > start]
-    return pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
-
-
-def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
-    """column.take(rows), any rows."""
-    order = np.argsort(rows, kind="stable")
-    taken = _take_sorted(column, rows[order])
-    return taken.take(pa.array(np.argsort(order, kind="stable"))) if len(rows) else taken
-
-
 def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(keys, return_inverse=True) for keys in [0, size), by a table when it is small."""
-    if size > 4 * len(keys) + 4096:
-        return np.unique(keys, return_inverse=True)
-    seen = np.zeros(size, dtype=bool)
-    seen[keys] = True
-    number = np.cumsum(seen) - 1
-    return np.flatnonzero(seen), number[keys]
 
 
 class JsonReadError(RuntimeError):
@@ -195,26 +87,26 @@ class OpFactsBuilder:
                    {f", list_position({names}, name) AS name" if self.kwarg_names else ""}
             FROM event_tensors WHERE {bounds}
         """).to_arrow_table()
-        role, known = _numpy(table.column("role"))
+        role, known = numpy_column(table.column("role"))
         role = role.astype(np.int32)  # 1-based: arg 1, out 2, kwarg 3
         if known is not None:
             role[~known] = 4
         role -= 1
-        slot, given = _numpy(table.column("position"))
+        slot, given = numpy_column(table.column("position"))
         slot = slot.astype(np.int32)
         if given is not None:
             slot[~given] = -1
         slot += _POSITION
-        slot[~_numpy(table.column("bare"))[0]] += _ITEM
+        slot[~numpy_column(table.column("bare"))[0]] += _ITEM
         slot += role * _ROLE
         kwarg = role == 2
         if kwarg.any():
             name = np.full(len(slot), _ITEM, dtype=np.int32)
             if self.kwarg_names:
-                found, named = _numpy(table.column("name"))
+                found, named = numpy_column(table.column("name"))
                 name = np.where(named, found.astype(np.int32) - 1, _ITEM) if named is not None else found.astype(np.int32) - 1
             slot[kwarg] = 2 * _ROLE + name[kwarg]
-        return _numpy(table.column("seq"))[0], _numpy(table.column("tensor_id"))[0], slot
+        return numpy_column(table.column("seq"))[0], numpy_column(table.column("tensor_id"))[0], slot
 
     def _tensor_states(self, rank: int, condition: str) -> TensorStates:
         table = self.con.sql(f"SELECT {self.tensor_sql} FROM tensor_states WHERE rank = {rank} AND {condition}")
@@ -261,7 +153,7 @@ class OpFactsBuilder:
         ).to_arrow_table()
         if events.column("op_code").null_count:
             raise RuntimeError(f"events of rank {rank} changed while being counted (an op not seen before)")
-        event_index = Index(_numpy(events.column("seq"))[0])
+        event_index = Index(numpy_column(events.column("seq"))[0])
         use_seq, use_tensor_id, use_slot = self._uses(bounds)
         use_event = event_index.find(use_seq)
         del use_seq
@@ -279,8 +171,8 @@ class OpFactsBuilder:
                 f"SELECT seq, CASE stat {cases} END AS stat, value FROM op_stats WHERE ({bounds}) AND stat IN ("
                 + ", ".join(_sql_string(s) for s in self.stats) + ")"
             ).to_arrow_table()
-            chunk.stat_rows = (event_index.find(_numpy(table.column("seq"))[0]), _numpy(table.column("stat"))[0],
-                               _numpy(table.column("value"))[0])
+            chunk.stat_rows = (event_index.find(numpy_column(table.column("seq"))[0]), numpy_column(table.column("stat"))[0],
+                               numpy_column(table.column("value"))[0])
         return chunk
 
     def finish(self, chunk: ChunkFacts, con) -> None:
@@ -307,7 +199,7 @@ class OpFactsBuilder:
         dictionary = pa.concat_arrays([strings.dictionary, pa.array([None], strings.dictionary.type)])
         index = np.asarray(pc.fill_null(strings.indices, len(dictionary) - 1).to_numpy(), dtype=np.int64)
         n_strings = len(dictionary)
-        pairs, pair = _unique(chunk.op_code[rows].astype(np.int64) * n_strings + index, len(self.ops) * n_strings)
+        pairs, pair = unique_keys(chunk.op_code[rows].astype(np.int64) * n_strings + index, len(self.ops) * n_strings)
         pair_of_event = np.full(chunk.n, -1, dtype=np.int32)
         pair_of_event[rows] = pair
         con.register("spiketrace_json_strings", pa.table({
@@ -333,8 +225,8 @@ class ChunkFacts:
     def __init__(self, builder, rank, events, use_event, use_tensor, use_slot, tensors) -> None:
         self.builder, self.rank, self.events, self.tensors = builder, rank, events.combine_chunks(), tensors
         self.n = events.num_rows
-        self.op_code = _numpy(events.column("op_code"))[0].astype(np.int32)
-        self.scope_id = _numpy(events.column("scope_id"))[0]
+        self.op_code = numpy_column(events.column("op_code"))[0].astype(np.int32)
+        self.scope_id = numpy_column(events.column("scope_id"))[0]
         self.use_event, self.use_tensor, self.use_is_out = use_event, use_tensor, use_slot // _ROLE == 1
         self.use_slot = use_slot
         self.stats: dict[str, np.ndarray] = {}
@@ -434,7 +326,7 @@ class ChunkFacts:
             index = self._index(slot)[reads[self.op_code]]
             wanted.append(index[index >= 0])
         wanted = np.unique(np.concatenate(wanted))
-        lists = _take_sorted(self.tensors.shape, wanted)
+        lists = take_sorted(self.tensors.shape, wanted)
         for fact, (values, ok) in shape_facts(lists, self.builder.shape_facts).items():
             column, valid = np.zeros(len(self.tensors.ids), np.int64), np.zeros(len(self.tensors.ids), bool)
             column[wanted] = values

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
+import types
 from importlib import import_module
 from importlib.util import find_spec
 from typing import Any, Iterable, Mapping
@@ -164,3 +166,15 @@ def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat
                    .to_frame().assign(preset=p.name) for p in (progress(presets) if progress else presets)]
         frame = pd.concat([*(s[s["breakdown"] == "total"] for s in singles), frame], ignore_index=True)
     return frame
+
+
+class _CallablePackage(types.ModuleType):
+    """`from analyze import energy` gives this package, and the package called is energy():
+    `analyze.energy(trace, "neuromc")` and `analyze.energy.energy(...)` are the same call, so
+    the public name and the package it lives in never shadow each other."""
+
+    def __call__(self, *args, **kwargs):
+        return energy(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

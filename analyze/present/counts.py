@@ -41,7 +41,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from analyze.counters.engine import CounterResult
+from analyze.counters.result import CounterResult
 
 VIEWS = ("scope", "op", "stage", "module-type")
 UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analyze.counters import count
-from analyze.energy import energy
-
-COUNTERS = ("flop", "mac", "ac", "synop", "memory_access")
+from analyze.results import Analysis
 CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)\s*(?P<percent>%?)\s*$")
 
 
@@ -102,14 +99,14 @@ class TraceDiff:
         }
 
 
-def _counts(trace) -> pd.DataFrame:
-    frame = count(trace, list(COUNTERS)).frame
+def _counts(analysis: Analysis) -> pd.DataFrame:
+    frame = analysis.counts().frame  # the five op counters
     summed = frame.groupby(["counter", "scope"], as_index=False)["value"].sum()
     return summed.assign(metric="counts." + summed["counter"])[["metric", "scope", "value"]]
 
 
-def _energies(trace, model: str, preset) -> pd.DataFrame:
-    report = energy(trace, model, preset)
+def _energies(analysis: Analysis, model: str, preset) -> pd.DataFrame:
+    report = analysis.energy(model, preset)
     total = getattr(report, "energy_total_pj", None)
     if total is None:
         total = report.total_pj
@@ -128,11 +125,15 @@ def _summary(trace) -> pd.DataFrame:
     return pd.DataFrame([("events", "Global", trace.count("events"))], columns=["metric", "scope", "value"])
 
 
-def diff_traces(trace_a, trace_b, *, model: str = "compute", preset=None) -> TraceDiff:
+def diff_traces(results_a, results_b, *, model: str = "compute", preset=None) -> TraceDiff:
+    """Compare two traces (Analyses, Traces or paths): each side's results come from its
+    Analysis, so a diff after a report of the same Analysis maps nothing again."""
+    analyses = [Analysis.of(r) for r in (results_a, results_b)]
     sides = []
-    for trace in (trace_a, trace_b):
-        sides.append(pd.concat([_summary(trace), _counts(trace), _energies(trace, model, preset), _spike_rates(trace)],
-                               ignore_index=True))
+    for analysis in analyses:
+        trace = analysis.trace
+        sides.append(pd.concat([_summary(trace), _counts(analysis), _energies(analysis, model, preset),
+                                _spike_rates(trace)], ignore_index=True))
     merged = sides[0].merge(sides[1], on=["metric", "scope"], how="outer", suffixes=("_a", "_b"))
     merged = merged.rename(columns={"value_a": "a", "value_b": "b"})
     merged[["a", "b"]] = merged[["a", "b"]].astype(float).fillna(0.0)
@@ -140,4 +141,5 @@ def diff_traces(trace_a, trace_b, *, model: str = "compute", preset=None) -> Tra
     merged["relative"] = [_relative(a, b) for a, b in zip(merged["a"], merged["b"])]
     merged = merged.sort_values(["metric", "scope"], key=lambda c: c.map(lambda v: (v != "Global", v)) if c.name == "scope" else c,
                                 ignore_index=True)
+    trace_a, trace_b = (a.trace for a in analyses)
     return TraceDiff(str(trace_a.path), str(trace_b.path), model_signature(trace_a), model_signature(trace_b), merged)

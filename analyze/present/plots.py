@@ -1,16 +1,19 @@
-"""Figures for papers and design reviews, from a trace, a recost result, or two traces.
+"""Figures for papers and design reviews, from results: an energy report, counts, a recost
+frame, or an Analysis (a Trace or a path is taken as its shared Analysis, so every figure
+of one trace reuses one mapping per model; plots never run an engine themselves).
 
-Every function returns a matplotlib Figure (Agg backend: no screen needed) with a title,
-axis labels with units and labels that do not overlap; `save(figure, path)` writes .png,
-.svg or a self-contained .html (the SVG inlined, nothing fetched when viewed).
+Every function returns a matplotlib Figure built with the object-oriented API (no pyplot,
+no global backend: the user's own plots and Jupyter's inline display are untouched) with a
+title, axis labels with units and labels that do not overlap; `save(figure, path)` writes
+.png, .svg, .pdf or a self-contained .html (the SVG inlined, nothing fetched when viewed).
 
-    energy_by_layer(trace)      stacked bars per module: compute and memory components
-    stage_breakdown(trace)      energy per stage (forward / backward / optimizer)
-    spike_rate_heatmap(trace)   layer x time step firing rate
-    roofline(trace)             arithmetic intensity vs FLOPs per module, optional peaks
-    sweep_curves(frame, key)    total energy vs a swept preset key (from recost)
-    sweep_heatmap(frame, x, y)  total energy over two swept keys
-    compare(trace_a, trace_b)   per-module energy of two traces side by side
+    energy_by_layer(results)      stacked bars per module: compute and memory components
+    stage_breakdown(results)      energy per stage (forward / backward / optimizer)
+    spike_rate_heatmap(results)   layer x time step firing rate
+    roofline(results)             arithmetic intensity vs FLOPs per module, optional peaks
+    sweep_curves(frame, key)      total energy vs a swept preset key (from recost)
+    sweep_heatmap(frame, x, y)    total energy over two swept keys
+    compare(results_a, results_b) per-module energy of two traces side by side
 """
 
 from __future__ import annotations
@@ -19,26 +22,33 @@ import html
 import io
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analyze.counters import count  # noqa: E402
-from analyze.energy import energy  # noqa: E402
+from analyze.present.units import energy_scale
+from analyze.results import Analysis
 
 COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_pj": "#C44E52",
                      "neuron_state_memory_pj": "#8172B2", "total_pj": "#937860"}
 
 
-def _energy_unit(values) -> tuple[float, str]:
-    top = float(np.nanmax(np.abs(values))) if len(values) else 0.0
-    for unit, scale in (("mJ", 1e9), ("µJ", 1e6), ("nJ", 1e3)):
-        if top >= scale:
-            return scale, unit
-    return 1.0, "pJ"
+def _figure(width: float, height: float) -> tuple[Figure, object]:
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)  # this figure's own raster canvas; the global backend is left alone
+    return figure, figure.subplots()
+
+
+def energy_report(results, model: str = "compute", preset=None, **options):
+    """`results` itself when it is an energy report, else its Analysis's report (cached mapping)."""
+    if hasattr(results, "energy_by_module") or hasattr(results, "energy_by_stage"):
+        return results
+    return Analysis.of(results).energy(model, preset, **options)
+
+
+def _trace_of(results):
+    return Analysis.of(results).trace
 
 
 def _short(names: list[str]) -> list[str]:
@@ -63,15 +73,15 @@ def _leaf_modules(report) -> list[str]:
     return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
 
 
-def energy_by_layer(trace, model: str = "compute", preset=None, **options):
-    report = energy(trace, model, preset, **options)
+def energy_by_layer(results, model: str = "compute", preset=None, **options):
+    report = energy_report(results, model, preset, **options)
     layers = _leaf_modules(report)
     split = _by_module_component(report)
     table = pd.DataFrame({layer: split[layer] for layer in layers}).T.fillna(0.0)
     known = [c for c in COMPONENT_COLOURS if c in table.columns]
     table = table[known + [c for c in table.columns if c not in known]]  # a model's own components last
-    scale, unit = _energy_unit(table.sum(axis=1).to_numpy())
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(layers) + 3), 5), layout="constrained")
+    scale, unit = energy_scale(table.sum(axis=1).to_numpy())
+    figure, axes = _figure(max(6.0, 0.45 * len(layers) + 3), 5)
     bottom = np.zeros(len(table))
     for component in table.columns:
         values = table[component].to_numpy() / scale
@@ -86,11 +96,11 @@ def energy_by_layer(trace, model: str = "compute", preset=None, **options):
     return figure
 
 
-def stage_breakdown(trace, model: str = "compute", preset=None, **options):
-    report = energy(trace, model, preset, **options)
+def stage_breakdown(results, model: str = "compute", preset=None, **options):
+    report = energy_report(results, model, preset, **options)
     stages = pd.Series(report.energy_by_stage).sort_values(ascending=False)
-    scale, unit = _energy_unit(stages.to_numpy())
-    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    scale, unit = energy_scale(stages.to_numpy())
+    figure, axes = _figure(6, 4)
     bars = axes.bar(stages.index, stages.to_numpy() / scale, color="#4C72B0")
     total = stages.sum()
     axes.bar_label(bars, labels=[f"{100 * v / total:.1f}%" if total else "" for v in stages], padding=2)
@@ -101,7 +111,8 @@ def stage_breakdown(trace, model: str = "compute", preset=None, **options):
     return figure
 
 
-def spike_rate_heatmap(trace):
+def spike_rate_heatmap(results):
+    trace = _trace_of(results)
     rates = trace.sql("SELECT scope, time_step, sum(ones) / sum(elements) AS rate FROM step_spike_rates GROUP BY ALL")
     if rates.empty:
         raise ValueError(f"{trace.path}: no binary module outputs, so no spike rates to plot")
@@ -110,8 +121,7 @@ def spike_rate_heatmap(trace):
     else:  # only sequence averages are known: one column
         rates = rates.assign(time_step=0)
     grid = rates.pivot(index="scope", columns="time_step", values="rate").sort_index()
-    figure, axes = plt.subplots(figsize=(max(5.0, 0.5 * grid.shape[1] + 4), max(3.0, 0.4 * grid.shape[0] + 1.5)),
-                                layout="constrained")
+    figure, axes = _figure(max(5.0, 0.5 * grid.shape[1] + 4), max(3.0, 0.4 * grid.shape[0] + 1.5))
     image = axes.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="viridis", vmin=0)
     axes.set_yticks(range(len(grid)), _short(list(grid.index)))
     axes.set_xticks(range(grid.shape[1]), [str(int(t)) for t in grid.columns])
@@ -122,18 +132,19 @@ def spike_rate_heatmap(trace):
     return figure
 
 
-def roofline(trace, *, peak_flops: float | None = None, bandwidth: float | None = None):
+def roofline(results, *, peak_flops: float | None = None, bandwidth: float | None = None):
     """Per leaf module: FLOPs vs FLOPs per byte (SpikingJelly's flop and memory_access
     counters). With peak_flops (FLOP/s) and bandwidth (byte/s) the ridge point is drawn:
     layers left of it are memory-bound on that machine, right of it compute-bound."""
-    result = count(trace, ["flop", "memory_access"])
-    totals = result.frame.groupby(["counter", "scope"])["value"].sum().unstack("counter").fillna(0)
+    result = results if hasattr(results, "unsupported") else Analysis.of(results).counts()  # a CounterResult or its source
+    frame = result.frame[result.frame["counter"].isin(["flop", "memory_access"])]
+    totals = frame.groupby(["counter", "scope"])["value"].sum().unstack("counter").fillna(0)
     scopes = list(totals.index)
     leaves = [s for s in scopes if s != "Global" and not any(o.startswith(s + ".") for o in scopes)]
     data = totals.loc[leaves]
     data = data[(data["flop"] > 0) & (data["memory_access"] > 0)]
     intensity = data["flop"] / data["memory_access"]
-    figure, axes = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    figure, axes = _figure(6.5, 4.5)
     axes.scatter(intensity, data["flop"], color="#4C72B0")
     for name, x, y in zip(data.index, intensity, data["flop"]):
         axes.annotate(name.rsplit(".", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
@@ -159,8 +170,8 @@ def _totals(frame: pd.DataFrame) -> pd.DataFrame:
 
 def sweep_curves(frame: pd.DataFrame, key: str):
     totals = _totals(frame).dropna(subset=[key]).sort_values(key)
-    scale, unit = _energy_unit(totals["pj"].to_numpy())
-    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    scale, unit = energy_scale(totals["pj"].to_numpy())
+    figure, axes = _figure(6, 4)
     others = [c for c in frame.columns if c not in ("preset", "breakdown", "key", "pj", "count", key)]
     groups = totals.groupby(others, dropna=False) if others else [("", totals)]
     for label, group in groups:
@@ -177,8 +188,8 @@ def sweep_curves(frame: pd.DataFrame, key: str):
 def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
     totals = _totals(frame).dropna(subset=[x, y])
     grid = totals.pivot_table(index=y, columns=x, values="pj", aggfunc="mean").sort_index(ascending=False)
-    scale, unit = _energy_unit(grid.to_numpy().ravel())
-    figure, axes = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    scale, unit = energy_scale(grid.to_numpy().ravel())
+    figure, axes = _figure(6.5, 4.5)
     image = axes.imshow(grid.to_numpy() / scale, aspect="auto", cmap="magma")
     axes.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns], rotation=35, ha="right")
     axes.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
@@ -189,12 +200,12 @@ def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
     return figure
 
 
-def compare(trace_a, trace_b, model: str = "compute", preset=None, labels=("A", "B"), **options):
-    a, b = (energy(t, model, preset, **options) for t in (trace_a, trace_b))
+def compare(results_a, results_b, model: str = "compute", preset=None, labels=("A", "B"), **options):
+    a, b = (energy_report(r, model, preset, **options) for r in (results_a, results_b))
     layers = sorted(set(_leaf_modules(a)) | set(_leaf_modules(b)))
     values = np.array([[a.energy_by_module.get(layer, 0.0), b.energy_by_module.get(layer, 0.0)] for layer in layers])
-    scale, unit = _energy_unit(values.ravel())
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.8 * len(layers) + 3), 4.5), layout="constrained")
+    scale, unit = energy_scale(values.ravel())
+    figure, axes = _figure(max(6.0, 0.8 * len(layers) + 3), 4.5)
     positions = np.arange(len(layers))
     for column, (label, colour) in enumerate(zip(labels, ("#4C72B0", "#DD8452"))):
         axes.bar(positions + (column - 0.5) * 0.4, values[:, column] / scale, width=0.4, label=label, color=colour)
@@ -220,5 +231,4 @@ def save(figure, path: str | Path) -> Path:
         figure.savefig(path, dpi=150)
     else:
         raise ValueError(f"{path}: choose .png, .svg, .pdf or .html")
-    plt.close(figure)
     return path

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from analyze.energy import DEFAULT_PRESETS
 from analyze.present import plots
-from analyze.counters import count
 from analyze.present.counts import human
-from analyze.energy import DEFAULT_PRESETS, energy
+from analyze.present.units import format_energy
+from analyze.results import Analysis
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
@@ -50,27 +51,19 @@ def _table(frame: pd.DataFrame, caption: str = "") -> str:
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def _pj(value: float) -> str:
-    for unit, scale in (("mJ", 1e9), ("µJ", 1e6), ("nJ", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.3f} {unit}"
-    return f"{value:,.3f} pJ"
-
-
 def _image(figure, alt: str) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
-    plots.plt.close(figure)
     data = base64.b64encode(buffer.getvalue()).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _figures(trace, model: str, preset) -> list[str]:
+def _figures(analysis: Analysis, report, counts) -> list[str]:
     makers = [
-        ("energy per layer", lambda: plots.energy_by_layer(trace, model, preset)),
-        ("energy per stage", lambda: plots.stage_breakdown(trace, model, preset)),
-        ("spike rate heatmap", lambda: plots.spike_rate_heatmap(trace)),
-        ("roofline", lambda: plots.roofline(trace)),
+        ("energy per layer", lambda: plots.energy_by_layer(report)),
+        ("energy per stage", lambda: plots.stage_breakdown(report)),
+        ("spike rate heatmap", lambda: plots.spike_rate_heatmap(analysis)),
+        ("roofline", lambda: plots.roofline(counts)),
     ]
     out = []
     for name, make in makers:
@@ -81,17 +74,21 @@ def _figures(trace, model: str, preset) -> list[str]:
     return out
 
 
-def build_report(trace, *, model: str = "compute", preset=None, depth: int = 2) -> str:
+def build_report(results, *, model: str = "compute", preset=None, depth: int = 2) -> str:
+    """The page for `results` (an Analysis, or a Trace or path taken as its Analysis): the
+    energy model maps the trace once and the counters run once, whatever the page shows."""
+    analysis = Analysis.of(results)
+    trace = analysis.trace
     summary = trace.summary()
-    report = energy(trace, model, preset)
+    report = analysis.energy(model, preset)
     frame = report.to_frame()
     total_key = "energy_total_pj" if "energy_total_pj" in set(frame["key"]) else "total_pj"
     total = float(frame.loc[frame["key"] == total_key, "pj"].iloc[0])
     components = frame[frame["breakdown"] == "component"][["key", "pj"]]
-    components = components.assign(energy=components["pj"].map(_pj),
+    components = components.assign(energy=components["pj"].map(format_energy),
                                    share=(100 * components["pj"] / total if total else 0).round(1))[["key", "energy", "share"]]
-    stages = frame[frame["breakdown"] == "stage"][["key", "pj"]].assign(energy=lambda f: f["pj"].map(_pj))[["key", "energy"]]
-    result = count(trace, ["flop", "mac", "ac", "synop", "memory_access"])
+    stages = frame[frame["breakdown"] == "stage"][["key", "pj"]].assign(energy=lambda f: f["pj"].map(format_energy))[["key", "energy"]]
+    result = analysis.counts()
     counts = result.frame.groupby(["scope", "counter"])["value"].sum().unstack("counter").fillna(0).astype("int64")
     counts = counts[[d <= depth for d in counts.index.map(lambda s: 0 if s == "Global" else s.count(".") + 1)]]
     counts = counts.reset_index().map(lambda v: human(v) if isinstance(v, (int,)) or hasattr(v, "dtype") else v)
@@ -108,14 +105,14 @@ def build_report(trace, *, model: str = "compute", preset=None, depth: int = 2) 
         ("trace", str(trace.path)), ("schema version", summary.get("schema_version")),
         ("complete", summary.get("complete")), ("ranks", summary.get("ranks")),
         ("events", trace.count("events")), ("energy model", f"{model} under {chosen}"),
-        ("total energy", _pj(total)),
+        ("total energy", format_energy(total)),
     ], columns=["", "value"])
     sections = [
         f"<h1>spiketrace report: {html.escape(Path(str(trace.path)).name)}</h1>",
         "<h2>Summary</h2>", _table(info),
         "<h2>Energy by component</h2>", _table(components),
         "<h2>Energy by stage</h2>", _table(stages),
-        "<h2>Plots</h2>", *_figures(trace, model, preset),
+        "<h2>Plots</h2>", *_figures(analysis, report, result),
         f"<h2>Operation counts per module (depth ≤ {depth})</h2>", _table(counts),
         "<h2>Spike rates per layer</h2>", _table(rates) if len(rates) else '<p class="note">no binary layer outputs</p>',
         "<h2>Coverage: ops no counter rule covers</h2>",
@@ -126,7 +123,7 @@ def build_report(trace, *, model: str = "compute", preset=None, depth: int = 2) 
             f"<style>{STYLE}</style><script>{SELF_CHECK}</script></head><body>{''.join(sections)}</body></html>")
 
 
-def write_report(trace, out, **options) -> Path:
+def write_report(results, out, **options) -> Path:
     path = Path(out)
-    path.write_text(build_report(trace, **options), encoding="utf-8")
+    path.write_text(build_report(results, **options), encoding="utf-8")
     return path

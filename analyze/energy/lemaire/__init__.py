@@ -24,12 +24,8 @@ strict=False; strict=True raises its ValueError instead.
 from __future__ import annotations
 
 from analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
-from analyze.energy.lemaire.mapper import (
-    CONVENTIONS,
-    LemaireActivity,
-    activity,
-    qualia_layer_terms,
-)
+from analyze.energy.lemaire.mapper import LemaireActivity, activity, qualia_layer_terms
+from analyze.energy.lemaire.sql import CONVENTIONS
 
 MODEL = "lemaire"
 PRESET_UNITS: dict[str, str] = {

@@ -3,7 +3,7 @@
     register_counts(trace, result)   -> table `counts` (counter, scope, op, value [, groups])
     register_energy(trace, report)   -> table `energy` (model, preset, breakdown, key, pj, count)
 
-and, once `energy` exists, the views of analyze/result_views/ over it (per stage,
+and, once `energy` exists, the views of analyze/present/result_views/ over it (per stage,
 module, component, and whatever breakdowns the model reports: core type, process key,
 memory level and direction for NeuroMC). `ensure_for_query` registers them on demand when
 a query names them, so `spiketrace sql TRACE "SELECT * FROM counts"` just works.
@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from analyze.results import Analysis
+from analyze.trace.views import sql_views
+
 RESULT_VIEW_DIR = Path(__file__).resolve().parent / "result_views"
 _NAMES = re.compile(r"\b(?:from|join)\s+(counts|energy(?:_\w+)?)\b", re.IGNORECASE)
 
 
 def result_views() -> dict[str, tuple[str, str]]:
-    from analyze.trace.views import sql_views
-
     return sql_views(RESULT_VIEW_DIR)
 
 
@@ -48,15 +49,15 @@ def register_energy(trace, report, *, model: str, preset: str) -> None:
 
 
 def ensure_for_query(trace, query: str, *, model: str = "compute", preset: str | None = None) -> None:
-    """Register `counts` / `energy` (and its views) when `query` reads them and they are absent."""
+    """Register `counts` / `energy` (and its views) when `query` reads them and they are absent,
+    from the trace's Analysis (computed once, shared with anything else asking it)."""
     wanted = {m.lower() for m in _NAMES.findall(query)}
     present = {row[0] for row in trace.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    analysis = Analysis.of(trace)
     if "counts" in wanted and "counts" not in present:
-        from analyze.counters import count
-
-        register_counts(trace, count(trace, by=["stage"]))
+        register_counts(trace, analysis.counts(by=("stage",)))
     if any(w.startswith("energy") for w in wanted) and "energy" not in present:
-        from analyze.energy import DEFAULT_PRESETS, energy
+        from analyze.energy import DEFAULT_PRESETS
 
         chosen = preset or DEFAULT_PRESETS[model]
-        register_energy(trace, energy(trace, model, chosen), model=model, preset=chosen)
+        register_energy(trace, analysis.energy(model, chosen), model=model, preset=chosen)

@@ -1,0 +1,59 @@
+"""What counting returns: `CounterResult`, the counts of several counters over one trace
+selection, with the ops no rule covered and SpikingJelly's shapes of the same numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+
+class StrictModeError(RuntimeError):
+    """strict=True and some op no rule covers was met (or SpikingJelly would abort)."""
+
+
+@dataclass
+class CounterResult:
+    """Counts of several counters over one trace selection."""
+
+    frame: pd.DataFrame  # counter, scope, op, value (+ group columns)
+    unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
+    aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
+    selected_events: int = 0  # events of the selection no ignored module touches
+    # extra views of some counters: counter, family, scope, metric, value (neuron_state's
+    # "metrics" and "projection", SpikingJelly's get_metric_counts / get_projection_counts)
+    details: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"counter": [], "family": [], "scope": [], "metric": [], "value": pd.Series([], dtype="int64")}))
+
+    def coverage(self, counter: str) -> float:
+        """Fraction of the selected events some rule of `counter` covers (1.0 when none)."""
+        uncovered = sum(self.unsupported_of(counter).values())
+        return 1.0 if self.selected_events == 0 else (self.selected_events - uncovered) / self.selected_events
+
+    def totals(self) -> dict[str, int]:
+        """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
+        totals = {c: 0 for c in self.frame["counter"].unique()}
+        globals_ = self.frame[self.frame["scope"] == "Global"]
+        totals.update({c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()})
+        return totals
+
+    def spikingjelly(self, counter: str) -> dict[str, dict[str, int]]:
+        """SpikingJelly's get_counts() shape: {scope: {op: value}} (summed over any group columns)."""
+        rows = self.frame[self.frame["counter"] == counter]
+        summed = rows.groupby(["scope", "op"], sort=False)["value"].sum()
+        result: dict[str, dict[str, int]] = {}
+        for (scope, op), value in summed.items():
+            result.setdefault(scope, {})[op] = int(value)
+        return result
+
+    def details_of(self, counter: str, family: str) -> dict[str, dict[str, int]]:
+        """{scope: {metric: value}} of one extra view, e.g. ("neuron_state", "metrics")."""
+        rows = self.details[(self.details["counter"] == counter) & (self.details["family"] == family)]
+        result: dict[str, dict[str, int]] = {}
+        for scope, metric, value in zip(rows["scope"], rows["metric"], rows["value"]):
+            result.setdefault(scope, {})[metric] = int(value)
+        return result
+
+    def unsupported_of(self, counter: str) -> dict[str, int]:
+        rows = self.unsupported[self.unsupported["counter"] == counter]
+        return {op: int(n) for op, n in zip(rows["op"], rows["calls"])}
