@@ -153,7 +153,7 @@ def test_views_command_and_shell(tmp_path, sew_trace, monkeypatch):
 def test_result_tables_equal_the_python_api(sew_trace):
     from analyze.counters import count
     from analyze.energy import energy
-    from analyze.result_tables import ensure_for_query
+    from analyze.present.sql_tables import ensure_for_query
 
     with open_trace(sew_trace) as trace:
         ensure_for_query(trace, "SELECT * FROM counts JOIN energy_by_stage ON true", preset="compute-int8-45nm")
