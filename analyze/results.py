@@ -25,7 +25,7 @@ import weakref
 from typing import Any
 
 from analyze.counters import ALL_COUNTERS, COUNTERS, CounterResult, count
-from analyze.energy import map_activity
+from analyze.energy import default_model, map_activity, model_of
 from analyze.energy import energy as cost_energy
 from analyze.energy import recost as cost_recost
 from analyze.trace import Trace, open_trace
@@ -64,6 +64,7 @@ class Analysis:
         self._counts: dict[tuple, CounterResult] = {}
         self._activities: dict[tuple, Any] = {}
         self.mapped: dict[str, int] = {}  # model -> how many times its trace mapping ran
+        self._default_model: str | None = None
 
     @classmethod
     def of(cls, source) -> "Analysis":
@@ -92,21 +93,37 @@ class Analysis:
             self._counts[key] = count(self.trace, list(names), **options)
         return self._counts[key]
 
-    def activity(self, model: str, **options):
+    def model(self, model: str | None = None, preset=None) -> str:
+        """`model`; else the model of `preset`; else the trace's default (neuromc for a
+        training trace, compute for inference)."""
+        if model:
+            return model
+        if preset is not None:
+            return model_of(self.trace, None, [preset])
+        if self._default_model is None:
+            self._default_model = default_model(self.trace)
+        return self._default_model
+
+    def activity(self, model: str | None = None, **options):
         """The model's preset-independent activity, mapped once per (model, options)."""
+        model = self.model(model)
         key = _key(model, **options)
         if key not in self._activities:
             self._activities[key] = map_activity(self.trace, model, **options)
             self.mapped[model] = self.mapped.get(model, 0) + 1
         return self._activities[key]
 
-    def energy(self, model: str = "neuromc", preset=None, *, overrides=(), **options):
-        """The model's report under `preset` (re-costed from the cached activity)."""
+    def energy(self, model: str | None = None, preset=None, *, overrides=(), **options):
+        """The model's report under `preset` (re-costed from the cached activity); no model:
+        the preset's, else the trace's default."""
+        model = self.model(model, preset)
         return cost_energy(self.trace, model, preset, overrides=overrides, activity=self.activity(model, **options),
-                           compat=options.get("compat"), strict=options.get("strict", False))
+                           compat=options.get("compat"), strict=options.get("strict", False),
+                           stage=options.get("stage"))
 
-    def recost(self, model: str, presets=None, *, sweep=None, base=None, progress=None, **options):
+    def recost(self, model: str | None = None, presets=None, *, sweep=None, base=None, progress=None, **options):
         """analyze.energy.recost over the cached activity: one row per (preset, breakdown entry)."""
+        model = model or model_of(self.trace, None, presets, base, sweep_keys=list(sweep or ()))
         return cost_recost(self.trace, model, presets, sweep=sweep, base=base, progress=progress,
                            activity=self.activity(model, **options), compat=options.get("compat"),
                            strict=options.get("strict", False))

@@ -123,7 +123,7 @@ def test_energy_and_recost_cli(tmp_path):
     shown = runner.invoke(main, ["energy", str(path), "--model", "compute", "--preset", "compute-int8-45nm",
                                  "--set", "e_ac_pj=0.05", "--format", "json"])
     assert shown.exit_code == 0, shown.output
-    document = json.loads(shown.output)
+    document = json.loads(shown.stdout)  # stderr carries the scope warning (a training trace)
     with open_trace(path) as trace:
         report = energy(trace, "compute", "compute-int8-45nm", overrides=["e_ac_pj=0.05"])
     assert document["counts"] == report.counts
@@ -136,7 +136,16 @@ def test_energy_and_recost_cli(tmp_path):
                                  "--sweep", "e_mac_pj=1:3:3", "--out", str(out)])
     assert swept.exit_code == 0, swept.output
     frame = pd.read_parquet(out)
-    assert frame["preset"].nunique() == 4
-    assert sorted(frame["e_mac_pj"].unique()) == [1.0, 1.5, 2.0, 3.0]  # fp16 has 1.5
-    bad = runner.invoke(main, ["energy", str(path), "--set", "e_mac_pj=-2"])
+    # the sweep varies the preset named (fp16), not the default with fp16 as one extra point
+    assert frame["preset"].nunique() == 3
+    assert sorted(frame["e_mac_pj"].unique()) == [1.0, 2.0, 3.0]
+    assert set(frame["preset"]) == {f"compute-fp16-45nm[e_mac_pj={v} pJ]" for v in (1, 2, 3)}
+    fp16 = load_preset("compute-fp16-45nm").flat()
+    assert (frame["preset"].str.startswith("compute-fp16-45nm")).all()
+    one = frame[(frame["e_mac_pj"] == 2.0) & (frame["key"] == "energy_total_pj")]
+    with open_trace(path) as trace:  # the other keys are fp16's: the same as costing fp16 with e_mac_pj=2
+        expected = energy(trace, "compute", "compute-fp16-45nm", overrides=["e_mac_pj=2"]).energy_total_pj
+    assert fp16["e_mac_pj"] != 2.0
+    assert_close(float(one["pj"].iloc[0]), expected)
+    bad = runner.invoke(main, ["energy", str(path), "--model", "compute", "--set", "e_mac_pj=-2"])
     assert bad.exit_code == 2 and bad.output.startswith("error: ") and "e_mac_pj" in bad.output

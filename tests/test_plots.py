@@ -59,7 +59,7 @@ def pj_per_axis_unit(axes) -> float:
 def test_energy_by_layer_stacks_the_reports_components(trace_path):
     with open_trace(trace_path) as trace:
         report = energy(trace, "compute")
-        figure = plots.energy_by_layer(trace)
+        figure = plots.energy_by_layer(trace, "compute")
     check(figure, "Energy per layer", "(")
     axes = figure.axes[0]
     root = next(iter(report.energy_by_module_component)).split(".")[0]
@@ -76,7 +76,7 @@ def test_energy_by_layer_stacks_the_reports_components(trace_path):
 def test_stage_breakdown_sums_to_the_total(trace_path):
     with open_trace(trace_path) as trace:
         report = energy(trace, "compute")
-        figure = plots.stage_breakdown(trace)
+        figure = plots.stage_breakdown(trace, "compute")
     check(figure, "Energy per stage", "(")
     axes = figure.axes[0]
     assert {t.get_text() for t in axes.get_xticklabels()} == {"forward", "backward", "optimizer"}

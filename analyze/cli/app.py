@@ -7,12 +7,15 @@ Exit codes: 0 success; 1 a check or gate failed (`validate`, `counts --strict`, 
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
 
 import click
 import duckdb
 import pandas as pd
 
+from analyze.energy import MODELS
 from analyze.presets import PresetError
 from analyze.trace import Trace, TraceError
 from schemas.version import SchemaVersionError
@@ -96,3 +99,19 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
+
+
+def model_option(what: str = "Energy model"):
+    """--model, a checked choice; unset, the trace decides (energy/scopes.py)."""
+    return click.option("--model", type=click.Choice(sorted(MODELS)), default=None,
+                        help=f"{what} (default: neuromc for a training trace, compute for a forward-only one).")
+
+
+@contextlib.contextmanager
+def warnings_to_stderr():
+    """Python warnings raised inside (a model's scope, ...) printed once each as `warning: ...`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        click.echo(f"warning: {message}", err=True)

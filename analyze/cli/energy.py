@@ -16,7 +16,7 @@ import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import main
+from analyze.cli.app import main, model_option, warnings_to_stderr
 from analyze.present.units import format_energy
 from analyze.results import Analysis
 
@@ -38,14 +38,9 @@ def _progress(items):
     return tqdm(items, desc="presets", unit="preset", file=sys.stderr)
 
 
-def _model_option():
-    return click.option("--model", "model", type=click.Choice(sorted(energy_models.MODELS)), default="compute",
-                        show_default=True, help="Energy model.")
-
-
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@_model_option()
+@model_option()
 @click.option("--preset", metavar="NAME|FILE", help="Shipped preset name or TOML file (default: the model's).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset parameter, e.g. e_mac_pj=3.1 or 'memory.sram_2MB.r_cost=2.5 fJ/bit'.")
@@ -58,11 +53,13 @@ def _model_option():
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
     """Energy of TRACE under one preset."""
-    with Analysis(trace_path) as analysis:
+    with Analysis(trace_path) as analysis, warnings_to_stderr():
+        model = analysis.model(model, preset)
         report = analysis.energy(model, preset, overrides=overrides, stage=stage, compat=compat,
                                  ignore_modules=ignore_modules, strict=strict)
+    scope = energy_models.SCOPES[model].label
     if output_format == "json":
-        click.echo(json.dumps(report.to_json(), indent=2, default=str))
+        click.echo(json.dumps({"model": model, "scope": scope, **report.to_json()}, indent=2, default=str))
         return
     frame = report.to_frame()
     if output_format == "csv":
@@ -78,7 +75,8 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
     rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()].sort_values("pj", ascending=False)
     total = float(frame.loc[frame["key"].isin(["energy_total_pj", "total_pj"]), "pj"].iloc[0])
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy under {chosen}: {format_energy(total)}" + (f" ({', '.join(overrides)})" if overrides else ""))
+    click.echo(f"{model} energy ({scope}) under {chosen}: {format_energy(total)}"
+               + (f" ({', '.join(overrides)})" if overrides else ""))
     width = max([len(str(k)) for k in rows["key"]] + [len(str(view))])
     if view is not None:
         click.echo(f"{view:<{width}}  {'energy':>14}  share")
@@ -92,7 +90,7 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
 
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@_model_option()
+@model_option()
 @click.option("--preset", "presets", multiple=True, metavar="NAME|FILE", help="A preset to cost (repeatable).")
 @click.option("--base", metavar="NAME|FILE", help="The preset --sweep varies (default: the model's).")
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=START:STOP:N",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from analyze.cli.app import main
+from analyze.cli.app import main, model_option, warnings_to_stderr
 from analyze.results import Analysis
 
 KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "compare")
@@ -15,7 +15,7 @@ KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "co
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("kind", type=click.Choice(KINDS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="file.png, .svg, .pdf or .html")
-@click.option("--model", default="compute", show_default=True, help="Energy model (energy, stages, compare).")
+@model_option("Energy model (energy, stages, compare)")
 @click.option("--preset", metavar="NAME|FILE", help="Preset (energy, stages, compare).")
 @click.option("--recost", "recost_path", type=click.Path(exists=True, dir_okay=False),
               help="sweep, sweep-heatmap: a `spiketrace recost` result (.parquet or .csv).")
@@ -38,7 +38,7 @@ def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other,
         figure = plots.sweep_curves(frame, x_key) if kind == "sweep" else plots.sweep_heatmap(frame, x_key, y_key)
         click.echo(f"wrote {plots.save(figure, out)}")
         return
-    with Analysis(trace_path) as analysis:
+    with Analysis(trace_path) as analysis, warnings_to_stderr():
         if kind == "energy":
             figure = plots.energy_by_layer(analysis, model, preset)
         elif kind == "stages":

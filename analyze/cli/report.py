@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from analyze.cli.app import main
+from analyze.cli.app import main, model_option, warnings_to_stderr
 from analyze.present.diff import ConditionError, diff_traces
 from analyze.results import Analysis
 
@@ -21,7 +21,7 @@ def _change(relative) -> str:
 @main.command()
 @click.argument("trace_a", metavar="A", type=click.Path())
 @click.argument("trace_b", metavar="B", type=click.Path())
-@click.option("--model", default="compute", show_default=True, help="Energy model compared.")
+@model_option("Energy model")
 @click.option("--preset", metavar="NAME|FILE", help="Preset for the energy (default: the model's).")
 @click.option("--fail-if", "conditions", multiple=True, metavar="COND",
               help="Exit 1 when COND holds, e.g. 'energy.total>+5%' or 'counts.mac>1000' (repeatable).")
@@ -29,7 +29,7 @@ def _change(relative) -> str:
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
     """What changed from trace A to trace B: model, counts, energy and spike rates."""
-    with Analysis(trace_a) as a, Analysis(trace_b) as b:
+    with Analysis(trace_a) as a, Analysis(trace_b) as b, warnings_to_stderr():
         result = diff_traces(a, b, model=model, preset=preset)
     try:
         failed = result.failures(conditions)
@@ -65,12 +65,12 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="report.html")
-@click.option("--model", default="compute", show_default=True)
+@model_option("Energy model")
 @click.option("--preset", metavar="NAME|FILE")
 def report(trace_path, out, model, preset):
     """One self-contained HTML page: summary, breakdowns, plots and coverage."""
     from analyze.present.report import write_report
 
-    with Analysis(trace_path) as analysis:
+    with Analysis(trace_path) as analysis, warnings_to_stderr():
         path = write_report(analysis, out, model=model, preset=preset)
     click.echo(f"wrote {path}")

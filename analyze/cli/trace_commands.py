@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from analyze.cli.app import CommandUnavailable, _table, _warn, main
+from analyze.cli.app import CommandUnavailable, _table, _warn, main, model_option, warnings_to_stderr
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
 from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 
@@ -122,7 +122,7 @@ def views() -> None:
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("query", required=False)
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--model", default="compute", show_default=True, help="Energy model of the `energy` table.")
+@model_option("Energy model of the `energy` table")
 @click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
 def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None) -> None:
     """Run QUERY (DuckDB SQL over the trace's views) and print the result; with no QUERY,
@@ -133,7 +133,8 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
     with open_trace(trace_path) as trace:
         from analyze.present.sql_tables import ensure_for_query
 
-        ensure_for_query(trace, query, model=model, preset=preset)  # `counts`, `energy` and its views, computed when named
+        with warnings_to_stderr():  # `counts`, `energy` and its views, computed when named
+            ensure_for_query(trace, query, model=model, preset=preset)
         _warn(trace)
         if output_format == "json":
             click.echo(json.dumps(trace.arrow(query).to_pylist(), indent=1, default=str))

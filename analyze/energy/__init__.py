@@ -15,9 +15,11 @@ the trace once and costs it under every preset, so N presets cost N cheap costin
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import sys
 import types
+import warnings
 from importlib import import_module
 from importlib.util import find_spec
 from typing import Any, Iterable, Mapping
@@ -27,6 +29,7 @@ import pandas as pd
 
 from analyze.presets import Preset, PresetError
 from analyze.presets import loader as preset_loader
+from analyze.energy.scopes import SCOPES, default_model, scope_warnings
 
 # model -> module; a model whose module is absent is not offered.
 _CANDIDATES = {
@@ -43,8 +46,9 @@ DEFAULT_PRESETS = {
     "spikesim": "spikesim-rram-64",
 }
 
-__all__ = ["MODELS", "Preset", "PresetError", "energy", "list_presets", "load_preset", "map_activity",
-           "read_preset_file", "recost", "sweep_presets"]
+__all__ = ["default_model", "energy", "list_presets", "load_preset", "map_activity", "MODELS",
+           "ModelScopeWarning", "Preset", "PresetError", "read_preset_file", "recost", "SCOPES",
+           "sweep_presets"]
 
 
 def _model(model: str):
@@ -87,17 +91,51 @@ def map_activity(trace, model: str, *, stage=None, compat=None, ignore_modules=(
                                   **options)
 
 
-def energy(trace, model: str = "neuromc", preset=None, *, overrides=(), stage=None, compat=None,
+class ModelScopeWarning(UserWarning):
+    """The selection holds work the energy model does not cost in full (see energy/scopes.py)."""
+
+
+def energy(trace, model: str | None = None, preset=None, *, overrides=(), stage=None, compat=None,
            ignore_modules=(), strict: bool = False, activity=None, **options):
     """The model's report (SpikingJelly's field names) for `trace` under one preset
-    (a shipped name, a TOML path or a Preset; the model's default when None). `activity`
-    (from map_activity with the same options) skips mapping the trace again."""
+    (a shipped name, a TOML path or a Preset; the model's default when None). `model` None
+    picks by the trace: neuromc for a training trace, compute for inference. `activity`
+    (from map_activity with the same options) skips mapping the trace again. Work outside
+    the model's scope (e.g. backward under `compute`) raises a ModelScopeWarning."""
+    model = model_of(trace, model, [preset] if preset is not None else [])
     module = _model(model)
     chosen = _preset_for(model, preset, overrides)
     if activity is None:
         activity = map_activity(trace, model, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
                                 **options)
+    if compat is None:  # compat reproduces SpikingJelly, which says nothing of scope
+        for message in scope_warnings(trace, model, stage):
+            warnings.warn(message, ModelScopeWarning, stacklevel=2)
     return module.cost(activity, chosen.costs(), compat=compat, strict=strict)
+
+
+def _label(key: str, value, unit: str | None) -> str:
+    """`e_mac_pj=1.5 pJ`: six significant digits and the key's unit (no 1.5000000000000002)."""
+    shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return f"{key}={shown}" + (f" {unit}" if unit and unit not in ("1", "str", "bool") else "")
+
+
+def model_of(trace, model: str | None = None, presets=(), base=None, sweep_keys=()) -> str:
+    """`model`; else the model of the preset named (base first); else the one model whose
+    presets have every swept key; else the trace's default."""
+    if model:
+        return model
+    for preset in (base, *(presets or ())):
+        if preset is not None:
+            return load_preset(preset).model
+    default = default_model(trace)
+    if sweep_keys:
+        knowing = [name for name in MODELS if all(any(fnmatch.fnmatchcase(key, pattern)
+                                                      for pattern in model_spec(name).PRESET_UNITS)
+                                                  for key in sweep_keys)]
+        if default not in knowing and len(knowing) == 1:
+            return knowing[0]
+    return default
 
 
 def sweep_presets(base: Preset, sweep: Mapping[str, Iterable[Any]]) -> list[Preset]:
@@ -106,17 +144,21 @@ def sweep_presets(base: Preset, sweep: Mapping[str, Iterable[Any]]) -> list[Pres
     derived_presets = []
     for values in itertools.product(*(list(sweep[k]) for k in keys)):
         derived = base.derive(dict(zip(keys, values)))
-        label = ",".join(f"{k}={v}" for k, v in zip(keys, values))
+        label = ",".join(_label(k, derived.flat()[k], derived.units.get(k)) for k in keys)
         derived_presets.append(dataclasses.replace(derived, name=f"{base.name}[{label}]"))
     return derived_presets
 
 
-def recost(trace, model: str, presets=None, *, sweep: Mapping[str, Iterable[Any]] | None = None, base=None,
+def recost(trace, model: str | None = None, presets=None, *, sweep: Mapping[str, Iterable[Any]] | None = None, base=None,
            stage=None, compat=None, ignore_modules=(), strict: bool = False, progress=None, activity=None,
            **options) -> pd.DataFrame:
     """One row per (preset, breakdown entry): the model's to_frame() under each preset, plus a
     `preset` column and one column per swept key. The trace is mapped once (not at all when
-    `activity` is given)."""
+    `activity` is given). A sweep varies `base`; with no base and one preset, that preset (so
+    `--preset fp16 --sweep ...` sweeps around fp16, not around the default plus fp16)."""
+    model = model_of(trace, model, presets, base, sweep_keys=list(sweep or ()))
+    if sweep and base is None and len(presets or []) == 1:
+        base, presets = presets[0], []
     module = _model(model)
     chosen = [_preset_for(model, p) for p in (presets or [])]
     bulk = getattr(module, "sweep_totals", None) if sweep else None
@@ -157,7 +199,8 @@ def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat
     grids = np.meshgrid(*(np.asarray(columns[k], dtype=float) for k in keys), indexing="ij")
     flat = {k: g.ravel() for k, g in zip(keys, grids)}
     totals = bulk(activity, base.costs(), flat)
-    labels = [f"{base.name}[" + ",".join(f"{k}={flat[k][i]:g}" for k in keys) + "]" for i in range(len(totals))]
+    labels = [f"{base.name}[" + ",".join(_label(k, float(flat[k][i]), base.units.get(k)) for k in keys) + "]"
+              for i in range(len(totals))]
     wide = totals.assign(preset=labels, **flat)
     frame = wide.melt(id_vars=["preset", *keys], var_name="key", value_name="pj").assign(breakdown="total")
     frame = frame[["preset", "breakdown", "key", "pj", *keys]]

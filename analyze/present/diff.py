@@ -125,10 +125,13 @@ def _summary(trace) -> pd.DataFrame:
     return pd.DataFrame([("events", "Global", trace.count("events"))], columns=["metric", "scope", "value"])
 
 
-def diff_traces(results_a, results_b, *, model: str = "compute", preset=None) -> TraceDiff:
+def diff_traces(results_a, results_b, *, model: str | None = None, preset=None) -> TraceDiff:
     """Compare two traces (Analyses, Traces or paths): each side's results come from its
     Analysis, so a diff after a report of the same Analysis maps nothing again."""
     analyses = [Analysis.of(r) for r in (results_a, results_b)]
+    if model is None:  # each trace's default; a training model for both when they differ
+        defaults = {a.model() for a in analyses}
+        model = defaults.pop() if len(defaults) == 1 else "neuromc"
     sides = []
     for analysis in analyses:
         trace = analysis.trace

@@ -27,6 +27,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from analyze.energy import SCOPES
 from analyze.present.units import energy_scale
 from analyze.results import Analysis
 
@@ -40,11 +41,21 @@ def _figure(width: float, height: float) -> tuple[Figure, object]:
     return figure, figure.subplots()
 
 
-def energy_report(results, model: str = "compute", preset=None, **options):
-    """`results` itself when it is an energy report, else its Analysis's report (cached mapping)."""
+def energy_report(results, model: str | None = None, preset=None, **options) -> tuple[object, str | None]:
+    """(report, model): `results` itself when it is an energy report, else its Analysis's
+    report (cached mapping; model None = the trace's default)."""
     if hasattr(results, "energy_by_module") or hasattr(results, "energy_by_stage"):
-        return results
-    return Analysis.of(results).energy(model, preset, **options)
+        return results, model
+    analysis = Analysis.of(results)
+    model = analysis.model(model, preset)
+    return analysis.energy(model, preset, **options), model
+
+
+def _about(model: str | None, preset) -> str:
+    """The title's note of which model and preset drew the figure, with the model's scope."""
+    if model is None:
+        return ""
+    return f"\n{model} ({SCOPES[model].label}), {preset or 'default preset'}"
 
 
 def _trace_of(results):
@@ -73,8 +84,8 @@ def _leaf_modules(report) -> list[str]:
     return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
 
 
-def energy_by_layer(results, model: str = "compute", preset=None, **options):
-    report = energy_report(results, model, preset, **options)
+def energy_by_layer(results, model: str | None = None, preset=None, **options):
+    report, model = energy_report(results, model, preset, **options)
     layers = _leaf_modules(report)
     split = _by_module_component(report)
     table = pd.DataFrame({layer: split[layer] for layer in layers}).T.fillna(0.0)
@@ -91,13 +102,14 @@ def energy_by_layer(results, model: str = "compute", preset=None, **options):
     _layer_ticks(axes, table.index)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel(f"layer (in {table.index[0].split('.')[0]})" if len(table) else "layer")
-    axes.set_title(f"Energy per layer by component ({model}, {preset or 'default preset'})")
-    axes.legend(loc="upper right", fontsize="small")
+    axes.set_title(f"Energy per layer by component{_about(model, preset)}")
+    if axes.get_legend_handles_labels()[0]:  # a model that costed nothing draws no bars
+        axes.legend(loc="upper right", fontsize="small")
     return figure
 
 
-def stage_breakdown(results, model: str = "compute", preset=None, **options):
-    report = energy_report(results, model, preset, **options)
+def stage_breakdown(results, model: str | None = None, preset=None, **options):
+    report, model = energy_report(results, model, preset, **options)
     stages = pd.Series(report.energy_by_stage).sort_values(ascending=False)
     scale, unit = energy_scale(stages.to_numpy())
     figure, axes = _figure(6, 4)
@@ -106,7 +118,7 @@ def stage_breakdown(results, model: str = "compute", preset=None, **options):
     axes.bar_label(bars, labels=[f"{100 * v / total:.1f}%" if total else "" for v in stages], padding=2)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel("stage")
-    axes.set_title(f"Energy per stage ({model}, {preset or 'default preset'})")
+    axes.set_title(f"Energy per stage{_about(model, preset)}")
     axes.margins(y=0.15)
     return figure
 
@@ -200,8 +212,8 @@ def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
     return figure
 
 
-def compare(results_a, results_b, model: str = "compute", preset=None, labels=("A", "B"), **options):
-    a, b = (energy_report(r, model, preset, **options) for r in (results_a, results_b))
+def compare(results_a, results_b, model: str | None = None, preset=None, labels=("A", "B"), **options):
+    (a, model), (b, _) = (energy_report(r, model, preset, **options) for r in (results_a, results_b))
     layers = sorted(set(_leaf_modules(a)) | set(_leaf_modules(b)))
     values = np.array([[a.energy_by_module.get(layer, 0.0), b.energy_by_module.get(layer, 0.0)] for layer in layers])
     scale, unit = energy_scale(values.ravel())
@@ -212,7 +224,7 @@ def compare(results_a, results_b, model: str = "compute", preset=None, labels=("
     axes.set_xticks(positions, _short(layers), rotation=90)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel("layer")
-    axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]} ({model})")
+    axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]}{_about(model, preset)}")
     axes.legend()
     return figure
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.energy import DEFAULT_PRESETS
+import warnings
+
+from analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
 from analyze.present import plots
 from analyze.present.counts import human
 from analyze.present.units import format_energy
@@ -58,10 +60,10 @@ def _image(figure, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _figures(analysis: Analysis, report, counts) -> list[str]:
+def _figures(analysis: Analysis, report, counts, model: str, preset) -> list[str]:
     makers = [
-        ("energy per layer", lambda: plots.energy_by_layer(report)),
-        ("energy per stage", lambda: plots.stage_breakdown(report)),
+        ("energy per layer", lambda: plots.energy_by_layer(report, model, preset)),
+        ("energy per stage", lambda: plots.stage_breakdown(report, model, preset)),
         ("spike rate heatmap", lambda: plots.spike_rate_heatmap(analysis)),
         ("roofline", lambda: plots.roofline(counts)),
     ]
@@ -74,19 +76,46 @@ def _figures(analysis: Analysis, report, counts) -> list[str]:
     return out
 
 
-def build_report(results, *, model: str = "compute", preset=None, depth: int = 2) -> str:
+def _left_out(report) -> pd.DataFrame:
+    """The work the model could not cost, one row each (NeuroMC's uncosted, the others' unsupported)."""
+    for name in ("uncosted", "unsupported"):
+        value = getattr(report, name, None)
+        frame = value if isinstance(value, pd.DataFrame) else pd.DataFrame(value or [])
+        if len(frame):
+            keep = [c for c in ("kind", "name", "scope", "class_name", "calls", "stages", "modules", "reason")
+                    if c in frame.columns]
+            return frame[keep]
+    return pd.DataFrame()
+
+
+def _caveats(trace, model: str, report) -> list[str]:
+    """The model's scope, its warnings and what it left uncosted: one short block."""
+    notes = [f"Model scope: {model} is {SCOPES[model].label}."]
+    notes += scope_warnings(trace, model) + list(getattr(report, "warnings", []) or [])
+    block = ["<ul class='caveats'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
+    left_out = _left_out(report)
+    if len(left_out):
+        block.append(_table(left_out, f"{len(left_out)} kinds of work the {model} model did not cost"))
+    return block
+
+
+def build_report(results, *, model: str | None = None, preset=None, depth: int = 2) -> str:
     """The page for `results` (an Analysis, or a Trace or path taken as its Analysis): the
     energy model maps the trace once and the counters run once, whatever the page shows."""
     analysis = Analysis.of(results)
+    model = analysis.model(model, preset)
     trace = analysis.trace
     summary = trace.summary()
-    report = analysis.energy(model, preset)
+    with warnings.catch_warnings():  # the page states the model's scope itself (_caveats)
+        warnings.simplefilter("ignore", ModelScopeWarning)
+        report = analysis.energy(model, preset)
     frame = report.to_frame()
     total_key = "energy_total_pj" if "energy_total_pj" in set(frame["key"]) else "total_pj"
     total = float(frame.loc[frame["key"] == total_key, "pj"].iloc[0])
     components = frame[frame["breakdown"] == "component"][["key", "pj"]]
     components = components.assign(energy=components["pj"].map(format_energy),
-                                   share=(100 * components["pj"] / total if total else 0).round(1))[["key", "energy", "share"]]
+                                   share=(100 * components["pj"] / total).round(1) if total else 0.0)
+    components = components[["key", "energy", "share"]]
     stages = frame[frame["breakdown"] == "stage"][["key", "pj"]].assign(energy=lambda f: f["pj"].map(format_energy))[["key", "energy"]]
     result = analysis.counts()
     counts = result.frame.groupby(["scope", "counter"])["value"].sum().unstack("counter").fillna(0).astype("int64")
@@ -104,15 +133,16 @@ def build_report(results, *, model: str = "compute", preset=None, depth: int = 2
     info = pd.DataFrame([
         ("trace", str(trace.path)), ("schema version", summary.get("schema_version")),
         ("complete", summary.get("complete")), ("ranks", summary.get("ranks")),
-        ("events", trace.count("events")), ("energy model", f"{model} under {chosen}"),
+        ("events", trace.count("events")), ("energy model", f"{model} ({SCOPES[model].label}) under {chosen}"),
         ("total energy", format_energy(total)),
     ], columns=["", "value"])
     sections = [
         f"<h1>spiketrace report: {html.escape(Path(str(trace.path)).name)}</h1>",
         "<h2>Summary</h2>", _table(info),
+        "<h2>What the numbers leave out</h2>", *_caveats(trace, model, report),
         "<h2>Energy by component</h2>", _table(components),
         "<h2>Energy by stage</h2>", _table(stages),
-        "<h2>Plots</h2>", *_figures(analysis, report, result),
+        "<h2>Plots</h2>", *_figures(analysis, report, result, model, preset),
         f"<h2>Operation counts per module (depth ≤ {depth})</h2>", _table(counts),
         "<h2>Spike rates per layer</h2>", _table(rates) if len(rates) else '<p class="note">no binary layer outputs</p>',
         "<h2>Coverage: ops no counter rule covers</h2>",

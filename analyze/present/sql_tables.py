@@ -48,7 +48,7 @@ def register_energy(trace, report, *, model: str, preset: str) -> None:
         trace.con.execute(f"CREATE OR REPLACE VIEW {name} AS {query}")
 
 
-def ensure_for_query(trace, query: str, *, model: str = "compute", preset: str | None = None) -> None:
+def ensure_for_query(trace, query: str, *, model: str | None = None, preset: str | None = None) -> None:
     """Register `counts` / `energy` (and its views) when `query` reads them and they are absent,
     from the trace's Analysis (computed once, shared with anything else asking it)."""
     wanted = {m.lower() for m in _NAMES.findall(query)}
@@ -59,5 +59,6 @@ def ensure_for_query(trace, query: str, *, model: str = "compute", preset: str |
     if any(w.startswith("energy") for w in wanted) and "energy" not in present:
         from analyze.energy import DEFAULT_PRESETS
 
+        model = analysis.model(model, preset)
         chosen = preset or DEFAULT_PRESETS[model]
         register_energy(trace, analysis.energy(model, chosen), model=model, preset=chosen)

@@ -1,0 +1,69 @@
+"""What each energy model models, which one a trace gets by default, and what to say when a
+model is asked about work it does not model.
+
+A number without its scope misleads: `compute` (SpikingJelly's SimpleEnergy) charges memory
+traffic only for forward module calls, so on a training step its backward comes out at a
+few percent while the counters show more backward FLOPs than forward. So every report
+carries its model's scope, and a trace holding phases outside it gets a warning naming them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scope:
+    phases: tuple[str, ...]  # the phases whose work the model costs in full
+    label: str  # a few words, shown next to every number the model produces
+    limits: str  # what it leaves out, said in the warning
+
+
+SCOPES = {
+    "compute": Scope(("forward",), "forward-only",
+                     "its memory energy only sees forward module calls (as SpikingJelly's SimpleEnergy); "
+                     "backward and optimizer ops get MAC/AC energy but no memory traffic"),
+    "neuromc": Scope(("forward", "backward", "optimizer"), "training: forward, backward, optimizer",
+                     "it models forward, backward and optimizer stages"),
+    "lemaire": Scope(("forward",), "inference-only",
+                     "it models forward inference of Linear/Conv layers and IF/LIF neurons"),
+    "spikesim": Scope(("forward",), "inference-only, Conv2d crossbars",
+                      "it models forward inference of Conv2d layers on crossbars"),
+}
+TRAINING_PHASES = ("backward", "optimizer")
+DEFAULT_MODEL = {"training": "neuromc", "inference": "compute"}
+
+
+def trace_phases(trace, stage=None) -> dict[str, int]:
+    """phase -> events of the selection (all stages, or `stage`)."""
+    where = ""
+    if stage is not None:
+        stages = stage if isinstance(stage, (list, tuple, set)) else [stage]
+        where = "WHERE stage IN (" + ", ".join("'" + str(s).replace("'", "''") + "'" for s in stages) + ")"
+    rows = trace.con.execute(f"SELECT phase, count(*) FROM events {where} GROUP BY phase").fetchall()
+    return {str(phase): int(n) for phase, n in rows if phase is not None}
+
+
+def trace_kind(trace) -> str:
+    """'training' when the trace holds backward or optimizer work, else 'inference'."""
+    return "training" if any(p in TRAINING_PHASES for p in trace_phases(trace)) else "inference"
+
+
+def default_model(trace) -> str:
+    """The model a trace gets when none is named: a training trace a training model."""
+    return DEFAULT_MODEL[trace_kind(trace)]
+
+
+def scope_warnings(trace, model: str, stage=None) -> list[str]:
+    """A warning when the selection holds work outside `model`'s scope, naming that work."""
+    scope = SCOPES.get(model)
+    if scope is None:
+        return []
+    outside = {p: n for p, n in trace_phases(trace, stage).items() if p not in scope.phases}
+    if not outside:
+        return []
+    work = ", ".join(f"{phase} ({n} ops)" for phase, n in sorted(outside.items()))
+    better = DEFAULT_MODEL["training"] if any(p in TRAINING_PHASES for p in outside) else None
+    advice = f"; for a training step use the {better} model" if better and better != model else ""
+    return [f"the {model} model is {scope.label}: {scope.limits}. This selection also holds {work}, "
+            f"which it does not cost in full{advice}"]

@@ -1,0 +1,125 @@
+"""What a user sees (issue 15): the default model suits the trace and says its scope, the
+report says what it could not cost, plots leave the user's matplotlib alone. CLI tests run
+the installed `spiketrace` in a subprocess, as a user does."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from analyze import open_trace
+from analyze.energy import energy
+from capture import Recorder, record_training_step
+from spikingjelly.activation_based import neuron
+
+
+def spiketrace(*args, check=True):
+    done = subprocess.run(["spiketrace", *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), neuron.LIFNode(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 4 * 4, 5), neuron.IFNode())
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    x, y = (torch.rand(2, 1, 8, 8) > 0.5).float(), torch.tensor([1, 3])
+    model = net()
+    path = tmp_path_factory.mktemp("ux") / "train"
+    record_training_step(path, model, x, target=y, loss_fn=nn.functional.cross_entropy,
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inference(tmp_path_factory):
+    model = net().eval()
+    path = tmp_path_factory.mktemp("ux") / "infer"
+    with Recorder(path, model=model) as rec, rec.stage("forward"), torch.no_grad():
+        model((torch.rand(2, 1, 8, 8) > 0.5).float())
+    return path
+
+
+def total_line(stdout: str) -> str:
+    return stdout.splitlines()[0]
+
+
+def test_a_training_trace_gets_the_training_model_and_its_scope(training):
+    shown = spiketrace("energy", training)
+    # before: "compute energy under compute-fp32-45nm: ..." with no word about backward
+    assert total_line(shown.stdout).startswith("neuromc energy (training: forward, backward, optimizer) under neuromc-like-v1:")
+    with open_trace(training) as trace:
+        expected = energy(trace, "neuromc").energy_total_pj
+    shown_value = float(re.search(r": ([\d,.]+) (\w+)$", total_line(shown.stdout)).group(1).replace(",", ""))
+    unit = total_line(shown.stdout).rsplit(" ", 1)[1]
+    assert shown_value * {"pJ": 1, "nJ": 1e3, "µJ": 1e6, "mJ": 1e9}[unit] == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_forward_model_on_a_training_trace_says_what_it_leaves_out(training):
+    shown = spiketrace("energy", training, "--model", "compute")
+    assert "compute energy (forward-only)" in total_line(shown.stdout)
+    with open_trace(training) as trace:
+        phases = dict(trace.con.execute("SELECT phase, count(*) FROM events GROUP BY phase").fetchall())
+    warning = [line for line in shown.stderr.splitlines() if line.startswith("warning: the compute model")]
+    assert len(warning) == 1
+    assert f"backward ({phases['backward']} ops)" in warning[0] and f"optimizer ({phases['optimizer']} ops)" in warning[0]
+
+
+def test_an_inference_trace_gets_compute_without_a_warning(inference):
+    shown = spiketrace("energy", inference)
+    assert total_line(shown.stdout).startswith("compute energy (forward-only) under compute-fp32-45nm:")
+    assert "warning" not in shown.stderr
+
+
+def test_python_warns_once_per_call_outside_the_models_scope(training, inference):
+    with open_trace(training) as trace, pytest.warns(UserWarning, match="forward-only"):
+        energy(trace, "compute")
+    with open_trace(inference) as trace:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert energy(trace).energy_total_pj > 0  # compute on inference: in scope, no warning
+
+
+@pytest.mark.parametrize("model", ["neuromc", "lemaire", "spikesim"])
+def test_the_report_says_what_the_model_could_not_cost(training, tmp_path, model):
+    out = tmp_path / f"{model}.html"
+    spiketrace("report", training, "--model", model, "--out", out)  # spikesim used to crash here
+    page = out.read_text()
+    block = page[page.index("What the numbers leave out"):page.index("Energy by component")]
+    with open_trace(training) as trace:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = energy(trace, model)
+    for warning in report.warnings:  # the model's own, e.g. "Lemaire formulas do not support ..."
+        assert warning.replace("'", "&#x27;").replace('"', "&quot;") in block
+    uncosted = getattr(report, "uncosted", None)
+    if uncosted is not None and len(uncosted):  # NeuroMC: max-pool backward, loss backward, ...
+        assert f"{len(uncosted)} kinds of work the neuromc model did not cost" in block
+        for name in uncosted["name"]:
+            assert name in block
+    assert "inference-only" in block or "training" in block
+
+
+def test_importing_the_plots_leaves_the_users_backend_alone():
+    code = ("import matplotlib; before = matplotlib.get_backend(); import sys\n"
+            "import analyze.present.plots, analyze.present.report\n"
+            "assert matplotlib.get_backend() == before, (before, matplotlib.get_backend())\n"
+            "assert 'matplotlib.pyplot' not in sys.modules\n")
+    env = {**os.environ, "MPLBACKEND": "svg"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
