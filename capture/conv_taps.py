@@ -13,6 +13,11 @@ per-dimension counts cov_d (and each spike feeds C_out/g output channels of its 
 
 Normal conv: cov_d(i) = #{(o, k) : s*o + d*k - pad = i, 0 <= o < O, 0 <= k < K}.
 Transposed:  cov_d(i) = #{k : 0 <= s*i + d*k - pad < O}, O including output_padding.
+
+Geometry arguments come in every form aten.convolution carries: one value per spatial dim,
+a one-element list meaning the same value for every dim (`F.conv2d(x, w, stride=[2])`,
+`padding="valid"` becomes `padding=[0]`), a bare int, or an empty list, which means the
+default (no padding, unit stride and dilation). `geometry` expands them all.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 __all__ = [
+    "geometry",
     "coverage_vector",
     "coverage_map",
     "conv_spike_taps",
@@ -39,13 +45,24 @@ def _no_python_dispatch():
     )
 
 
-def _ints(value, n: int) -> tuple[int, ...]:
+def _ints(value, n: int, default: int = 0) -> tuple[int, ...]:
+    """`value` as n ints: an int or a one-element list is repeated, [] is the default."""
     if isinstance(value, int):
-        return (value,) * n
+        return (int(value),) * n
     out = tuple(int(v) for v in value)
-    if len(out) != n:
-        raise ValueError(f"expected {n} values, got {out!r}")
-    return out
+    if len(out) == n:
+        return out
+    if len(out) == 1:
+        return out * n
+    if not out:
+        return (default,) * n
+    raise ValueError(f"expected 1 or {n} values, got {out!r}")
+
+
+def geometry(spatial_dims: int, stride, padding, dilation, output_padding) -> tuple[tuple[int, ...], ...]:
+    """(stride, padding, dilation, output_padding), each one int per spatial dim."""
+    n = spatial_dims
+    return _ints(stride, n, 1), _ints(padding, n, 0), _ints(dilation, n, 1), _ints(output_padding, n, 0)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,8 +124,8 @@ def coverage_map(spatial_in: Sequence[int], kernel: Sequence[int], stride, paddi
     n = len(spatial_in)
     # aten ignores output_padding for normal convs; zeroing it keeps the cache tight.
     outpad = _ints(output_padding, n) if transposed else (0,) * n
-    key = (tuple(int(s) for s in spatial_in), _ints(kernel, n), _ints(stride, n),
-           _ints(padding, n), _ints(dilation, n), bool(transposed), outpad)
+    key = (tuple(int(s) for s in spatial_in), _ints(kernel, n), _ints(stride, n, 1),
+           _ints(padding, n, 0), _ints(dilation, n, 1), bool(transposed), outpad)
     # A map first built under inference_mode would be an inference tensor; keep it ordinary.
     with _no_python_dispatch(), torch.no_grad(), torch.inference_mode(False):
         return _cached_map(*key, torch.device("cpu" if device is None else device))
@@ -145,6 +162,8 @@ def conv_both_binary_sum(x: torch.Tensor, w: torch.Tensor, stride, padding, dila
                          transposed: bool, output_padding, groups: int) -> torch.Tensor:
     """0-dim float64 on x.device: SpikingJelly's count when x and w are both binary."""
     # No factorisation here: zero weights drop taps, so the real conv is the honest answer.
+    # Full per-dim lists: aten itself refuses some forms we accept (an empty list, an int).
+    stride, padding, dilation, output_padding = geometry(w.dim() - 2, stride, padding, dilation, output_padding)
     with _no_python_dispatch(), torch.no_grad():
         out = torch.ops.aten.convolution.default(
             x.double(), w.double(), None, list(stride), list(padding), list(dilation),

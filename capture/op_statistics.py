@@ -18,7 +18,9 @@ from capture import conv_taps
 
 def _conv_geometry(args):
     x, w, _bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
-    return x, w, list(stride), list(padding), list(dilation), bool(transposed), list(output_padding), int(groups)
+    # Any form aten carries (an int, one value for every dim, []) becomes one int per dim.
+    stride, padding, dilation, output_padding = conv_taps.geometry(w.dim() - 2, stride, padding, dilation, output_padding)
+    return x, w, stride, padding, dilation, bool(transposed), output_padding, int(groups)
 
 
 def conv_spike_taps(args, out):

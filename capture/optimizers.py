@@ -8,14 +8,11 @@ from the second step on, and the analysis must know whether it did at this step.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import torch
 
+from capture.context import RecordingContext
 from capture.writer import TableBuffer
-
-if TYPE_CHECKING:
-    from capture.recorder import Recorder
 
 
 def _hyperparameters(group: dict) -> str:
@@ -30,8 +27,8 @@ def _hyperparameters(group: dict) -> str:
 
 
 class OptimizerLog:
-    def __init__(self, recorder: "Recorder", rows: TableBuffer, parameter_names: dict[int, str]) -> None:
-        self.recorder = recorder
+    def __init__(self, context: RecordingContext, rows: TableBuffer, parameter_names: dict[int, str]) -> None:
+        self.context = context
         self.rows = rows
         self.parameter_names = parameter_names
         self.handles: list = []
@@ -51,35 +48,44 @@ class OptimizerLog:
     def _owner(self, name: str | None) -> int | None:
         if name is None:
             return None
-        return self.recorder.catalog.static_paths.get(name.rsplit(".", 1)[0])
+        return self.context.catalog.static_paths.get(name.rsplit(".", 1)[0])
 
     def _record(self, index: int, optimizer: torch.optim.Optimizer) -> None:
-        recorder = self.recorder
+        context = self.context
         call = self.calls.get(index, 0)
         self.calls[index] = call + 1
-        if not recorder.recording:
+        if not context.recording:
             return
-        with recorder.lock:
-            seq = recorder.take_seq()
-            for group_index, group in enumerate(optimizer.param_groups):
-                hyperparameters = _hyperparameters(group)
-                for param_index, p in enumerate(group["params"]):
-                    name = self.parameter_names.get(id(p))
-                    self.rows.append(
-                        seq=seq,
-                        step=recorder.step_index,
-                        optimizer_index=index,
-                        call_index=call,
-                        optimizer_class=type(optimizer).__qualname__,
-                        group_index=group_index,
-                        hyperparameters=hyperparameters,
-                        param_index=param_index,
-                        parameter=name,
-                        module_id=self._owner(name),
-                        shape=list(p.shape),
-                        ndim=p.ndim,
-                        numel=p.numel(),
-                        dtype=str(p.dtype).removeprefix("torch."),
-                        has_grad=p.grad is not None,
-                        state_keys=sorted(str(k) for k in optimizer.state.get(p, {})),
-                    )
+        with context.lock:
+            # A hook failure must not stop optimizer.step() (capture/failures.py).
+            try:
+                self._write_rows(context.take_seq(), index, call, optimizer)
+            except Exception as exc:  # noqa: BLE001
+                context.report_failure("optimizer_hook", type(optimizer).__qualname__, exc, context.seq - 1)
+
+    def _write_rows(self, seq: int, index: int, call: int, optimizer: torch.optim.Optimizer) -> None:
+        rows = []
+        for group_index, group in enumerate(optimizer.param_groups):
+            hyperparameters = _hyperparameters(group)
+            for param_index, p in enumerate(group["params"]):
+                name = self.parameter_names.get(id(p))
+                rows.append(dict(
+                    seq=seq,
+                    step=self.context.step_index,
+                    optimizer_index=index,
+                    call_index=call,
+                    optimizer_class=type(optimizer).__qualname__,
+                    group_index=group_index,
+                    hyperparameters=hyperparameters,
+                    param_index=param_index,
+                    parameter=name,
+                    module_id=self._owner(name),
+                    shape=list(p.shape),
+                    ndim=p.ndim,
+                    numel=p.numel(),
+                    dtype=str(p.dtype).removeprefix("torch."),
+                    has_grad=p.grad is not None,
+                    state_keys=sorted(str(k) for k in optimizer.state.get(p, {})),
+                ))
+        for row in rows:  # all of the call's rows or none
+            self.rows.append(**row)

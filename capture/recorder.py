@@ -14,6 +14,13 @@ Stage options are SpikingJelly 2.0.0 NeuroMC's (`phase`, `reuse_weights`,
 `batch_norm_backward`). A phase not given is inferred from the name as the seed profiler did
 ("backward" in the name, "optimizer"/"update", else forward), and its legacy tokens `b<N>`,
 `t<N>` and `without_bp_bn` are honoured.
+
+Misuse of this API (nested stages, a stage or step outside the context, a path holding other
+data) raises at once. A failure of the capture itself never reaches the user's code: it is
+counted in the manifest's `degraded` list and the run goes on (capture/failures.py).
+
+The recorder owns the parts (writer, registry, catalog, tracker, op and optimizer logs) and
+hands them the state they share as one RecordingContext (capture/context.py).
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ import re
 import threading
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
+from capture.context import RecordingContext, Stage
 from capture.dispatch import OpLog, RecordingMode
 from capture.modules import ModuleCatalog
 from capture.optimizers import OptimizerLog
@@ -61,18 +68,6 @@ def schedule(*, skip_first: int = 0, wait: int = 0, active: int = 1, repeat: int
 
     records.description = {"skip_first": skip_first, "wait": wait, "active": active, "repeat": repeat}
     return records
-
-
-@dataclass(frozen=True)
-class Stage:
-    stage_id: int
-    name: str
-    phase: str
-    phase_source: str
-    reuse_weights: bool
-    batch_norm_backward: bool
-    b_index: int | None
-    t_index: int | None
 
 
 def infer_phase(name: str) -> str:
@@ -138,23 +133,29 @@ class Recorder:
         default_rank, default_world = _rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
-        self.lock = threading.RLock()
         self.active = False
-        self.recording = False
-        self.step_index = 0
-        self.current_stage: Stage | None = None
+        self.context: RecordingContext | None = None  # built when the context opens
         self._suspended = 0
         self._stage_options: dict[str, tuple] = {}
         self._next_stage_id = 0
-        self._seq = 0
-        self._threads: dict[int, int] = {}
-        self._scopes: dict[tuple, int] = {}
-        self._scope_generation = -1
-        self._scope_id = 0
-        self._memory_snapshots: dict[int, tuple] = {}
-        self._steps_recorded: set[int] = set()
-        self._stateful_generation = -1
-        self._active_stateful: list = []  # (module_id, module) of active neurons, per tracker generation
+        self._underflows: dict[int, dict] = {}  # module_id -> manifest entry (tracker_underflows)
+
+    # The state the API changes lives in the context, where the per-op path reads it.
+    @property
+    def recording(self) -> bool:
+        return self.context is not None and self.context.recording
+
+    @property
+    def step_index(self) -> int:
+        return 0 if self.context is None else self.context.step_index
+
+    @property
+    def current_stage(self) -> Stage | None:
+        return None if self.context is None else self.context.current_stage
+
+    @property
+    def lock(self) -> threading.RLock | None:
+        return None if self.context is None else self.context.lock
 
     # -- context ------------------------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -193,20 +194,30 @@ class Recorder:
             flush_bytes=self.flush_bytes,
         )
         tables = self.writer.tables
+        self.writer.manifest["tracker_underflows"] = []
+        self._underflows = {}
         self.catalog = ModuleCatalog(tables["modules"])
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
-        self.registry = TensorRegistry(
-            tables["tensors"], tables["tensor_frees"], self.peek_seq, parameter_names, self.value_statistics,
-            self.defer_statistics,
+        context = self.context = RecordingContext(
+            self.writer, self.catalog, keep_binary_inputs=self.keep_binary_inputs,
+            defer_statistics=self.defer_statistics,
         )
-        self.ops = OpLog(self)
-        self.optimizer_log = OptimizerLog(self, tables["optimizer_steps"], parameter_names)
+        self.registry = context.registry = TensorRegistry(
+            tables["tensors"], tables["tensor_frees"], context.peek_seq, parameter_names, self.value_statistics,
+            self.defer_statistics,
+            report_failure=lambda exc, seq: context.report_failure("statistics", context.current_record, exc, seq),
+        )
+        self.ops = OpLog(context)
+        self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)
         self.writer.before_flush += [self.registry.resolve_pending, self.ops.resolve_pending, self.catalog.write_rows, self._write_steps]
+        self.writer.on_failure.append(self._update_recording)  # a trace that cannot be written records nothing
         if self.model is not None:
             _BOUND_MODELS[self.model] = self
-        self._main_thread = threading.get_ident()
-        self.tracker = ScopeTracker(self._on_module_event)
-        self.mode = RecordingMode(self)
+        self.tracker = context.tracker = ScopeTracker(
+            self._on_module_event, self._on_tracker_underflow,
+            lambda site, what, exc: context.report_failure(site, what, exc, context.seq),
+        )
+        self.mode = RecordingMode(context, self.ops)
         for optimizer in self.optimizers:
             self.optimizer_log.bind(optimizer)
         self.tracker.__enter__()
@@ -216,8 +227,8 @@ class Recorder:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.recording = False
         self.active = False
+        self.context.recording = False
         try:
             self.mode.__exit__(None, None, None)
         finally:
@@ -227,48 +238,15 @@ class Recorder:
                 del _BOUND_MODELS[self.model]
             if exc_type is not None:
                 self.writer.manifest["error"] = f"{exc_type.__name__}: {exc}"
-            self.writer.close("complete" if exc_type is None else "failed")
+            self.writer.close("complete" if exc_type is None else "failed")  # never raises
 
     def _write_steps(self, writer) -> None:
-        writer.manifest["steps_recorded"] = len(self._steps_recorded)
-
-    # -- ordering, threads, scopes ------------------------------------------------------------------
-    def take_seq(self) -> int:
-        seq = self._seq
-        self._seq += 1
-        self._steps_recorded.add(self.step_index)
-        return seq
-
-    def peek_seq(self) -> int:
-        return self._seq
-
-    def thread_index(self) -> int:
-        ident = threading.get_ident()
-        index = self._threads.get(ident)
-        if index is None:
-            index = self._threads[ident] = 0 if ident == self._main_thread else len(self._threads) + 1
-        return index
-
-    def scope_id(self) -> int:
-        tracker = self.tracker
-        if tracker.generation == self._scope_generation:
-            return self._scope_id
-        catalog = self.catalog
-        key = (
-            tuple(sorted(tracker.parents)),
-            tuple(sorted(catalog.module_id(m) for m in tracker.active_modules)),
-        )
-        scope_id = self._scopes.get(key)
-        if scope_id is None:
-            scope_id = self._scopes[key] = len(self._scopes)
-            self.writer.tables["scopes"].append(scope_id=scope_id, parents=key[0], active_modules=key[1])
-        self._scope_generation, self._scope_id = tracker.generation, scope_id
-        return scope_id
+        writer.manifest["steps_recorded"] = len(self.context.steps_recorded)
 
     # -- recording state ----------------------------------------------------------------------
     def _update_recording(self) -> None:
         in_schedule = self.schedule is None or self.schedule(self.step_index)
-        self.recording = self.active and not self._suspended and in_schedule
+        self.context.recording = self.active and not self._suspended and in_schedule and not self.writer.failed
 
     def step(self) -> None:
         """Advance the step index; the schedule decides whether the new step is recorded."""
@@ -276,7 +254,7 @@ class Recorder:
             raise RecorderError("step() called outside the Recorder context")
         if self.current_stage is not None:
             raise RecorderError(f"step() called inside stage {self.current_stage.name!r}")
-        self.step_index += 1
+        self.context.step_index += 1
         self._update_recording()
 
     @contextmanager
@@ -306,11 +284,11 @@ class Recorder:
             raise RecorderError(f"stage({name!r}) opened inside stage {self.current_stage.name!r}; stages do not nest")
         stage = self._make_stage(name, phase, reuse_weights, batch_norm_backward)
         self._stage_marker("begin", stage)
-        self.current_stage = stage
+        self.context.current_stage = stage
         try:
             yield self
         finally:
-            self.current_stage = None
+            self.context.current_stage = None
             self._stage_marker("end", stage)
 
     def _make_stage(self, name, phase, reuse_weights, batch_norm_backward) -> Stage:
@@ -329,81 +307,84 @@ class Recorder:
         return stage
 
     def _stage_marker(self, kind: str, stage: Stage) -> None:
-        with self.lock:
-            self.writer.tables["stage_markers"].append(
-                seq=self.take_seq(),
-                kind=kind,
-                stage_id=stage.stage_id,
-                name=stage.name,
-                phase=stage.phase,
-                phase_source=stage.phase_source,
-                reuse_weights=stage.reuse_weights,
-                batch_norm_backward=stage.batch_norm_backward,
-                b_index=stage.b_index,
-                t_index=stage.t_index,
-                step=self.step_index,
-            )
+        context = self.context
+        with context.lock:
+            try:
+                context.writer.tables["stage_markers"].append(
+                    seq=context.take_seq(),
+                    kind=kind,
+                    stage_id=stage.stage_id,
+                    name=stage.name,
+                    phase=stage.phase,
+                    phase_source=stage.phase_source,
+                    reuse_weights=stage.reuse_weights,
+                    batch_norm_backward=stage.batch_norm_backward,
+                    b_index=stage.b_index,
+                    t_index=stage.t_index,
+                    step=context.step_index,
+                )
+            except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
+                context.report_failure("stage", stage.name, exc, context.seq - 1)
 
-    # -- module hooks and neuron memories ---------------------------------------------------------
+    # -- module hooks and the tracker ----------------------------------------------------------------
     def _on_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
                          call_index: int) -> None:
-        module_id = self.catalog.module_id(module, tracker_name=tracker_name)
-        if not self.recording:
+        context = self.context
+        with context.lock:
+            seq = context.seq  # the seq this record takes, if it gets as far
+            try:
+                self._write_module_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
+                                         call_index)
+            except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
+                site = "module_hook" if kind.startswith("forward") else "grad_hook"
+                context.report_failure(site, tracker_name, exc, seq)
+
+    def _write_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
+                            call_index: int) -> None:
+        context = self.context
+        module_id = context.catalog.module_id(module, tracker_name=tracker_name)
+        if not context.recording:
             return
-        with self.lock, excluded_from_modes():
-            seq = self.take_seq()
-            registry = self.registry
+        with excluded_from_modes():
+            seq = context.take_seq()
+            context.current_record = tracker_name
+            registry = context.registry
             ids = [None if t is None else registry.describe(t, seq) for t in tensors]
             kwarg_ids = [registry.describe(t, seq) for t in kwarg_tensors]
-            stage = self.current_stage
-            self.writer.tables["module_events"].append(
+            stage = context.current_stage
+            context.writer.tables["module_events"].append(
                 seq=seq,
                 kind=kind,
                 module_id=module_id,
                 tracker_name=tracker_name,
                 call_index=call_index,
-                step=self.step_index,
+                step=context.step_index,
                 stage_id=stage.stage_id if stage else None,
                 stage=stage.name if stage else "unlabeled",
                 phase=stage.phase if stage else None,
                 grad_enabled=torch.is_grad_enabled(),
                 training=module.training,
-                thread=self.thread_index(),
+                thread=context.thread_index(),
                 inputs=ids if kind in ("forward_pre", "backward_post") else None,
                 outputs=ids if kind in ("forward_post", "backward_pre") else None,
                 kwarg_inputs=kwarg_ids if kind == "forward_post" else None,
                 inputs_require_grad=inputs_require_grad,
             )
-            if kind == "forward_post" and module_id in self.catalog.stateful:
-                self._snapshot(seq, module_id, module, force=True)
+            if kind == "forward_post" and module_id in context.catalog.stateful:
+                context.snapshot(seq, module_id, module, force=True)
 
-    def snapshot_memories(self, seq: int) -> None:
-        """Record the memories of active stateful neurons whenever they changed (NeuronState replay)."""
-        tracker = self.tracker
-        if tracker.generation != self._stateful_generation:
-            ids, stateful = self.catalog.ids, self.catalog.stateful
-            self._active_stateful = [
-                (ids[id(m)], m) for m in tracker.active_modules if ids.get(id(m)) in stateful
-            ]
-            self._stateful_generation = tracker.generation
-        for module_id, module in self._active_stateful:
-            self._snapshot(seq, module_id, module, force=False)
-
-    def _snapshot(self, seq: int, module_id: int, module, force: bool) -> None:
-        memories = module._memories
-        values = tuple(memories.values())
-        previous = self._memory_snapshots.get(module_id)
-        if not force and previous is not None and len(previous) == len(values) and all(
-            a is b for a, b in zip(previous, values)
-        ):
-            return
-        self._memory_snapshots[module_id] = values
-        rows = self.writer.tables["neuron_memories"]
-        for name, value in memories.items():
-            if isinstance(value, torch.Tensor):
-                kind, tensor_id, number = "tensor", self.registry.describe(value, seq), None
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                kind, tensor_id, number = "float", None, float(value)
-            else:
-                kind, tensor_id, number = ("none" if value is None else "other"), None, None
-            rows.append(seq=seq, module_id=module_id, name=name, kind=kind, tensor_id=tensor_id, value=number)
+    def _on_tracker_underflow(self, module, tracker_name: str) -> None:
+        """Where SpikingJelly's tracker would raise and abort the run (capture/tracker.py):
+        the manifest's `tracker_underflows`, one entry per module."""
+        context = self.context
+        try:
+            module_id = context.catalog.module_id(module, tracker_name=tracker_name)
+            entry = self._underflows.get(module_id)
+            if entry is None:
+                # first_seq: every record with a smaller seq happened before it
+                entry = {"module_id": module_id, "tracker_name": tracker_name, "count": 0, "first_seq": context.seq}
+                self._underflows[module_id] = entry
+                self.writer.manifest["tracker_underflows"].append(entry)
+            entry["count"] += 1
+        except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
+            context.report_failure("tracker", tracker_name, exc, context.seq)

@@ -11,6 +11,13 @@ Value statistics (nnz, is01) are taken with the Python dispatch key excluded, so
 device sync there, and a first-element check skips the second scan for most non-binary
 tensors. On other devices they stay on the device as 0-dim tensors and are fetched in one
 batch per flush, so capture adds no per-op host sync.
+
+Statistics never touch a user tensor's storage: no `.numpy()` on it, which would mark its
+storage non-resizable for good (FSDP2 frees parameters with `resize_(0)`, `out=` ops resize
+their output). They count on tensors the capture itself made from it.
+
+A row is appended whole, and the registry remembers a state only once its row is written,
+so a failure while describing leaves neither a half row nor an id that names no row.
 """
 
 from __future__ import annotations
@@ -83,25 +90,21 @@ class PendingStats:
 SMALL_TENSOR = 256
 
 
-try:  # numpy's comparisons are branch-free SIMD; torch's CPU count_nonzero slows down on mixed data
+try:  # numpy counts a bool array's ones faster than torch's CPU count_nonzero counts them
     import numpy
 except ImportError:  # capture needs only torch; without numpy the torch kernels do the same job
     numpy = None
 
-_NUMPY_DTYPES = frozenset(
-    {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
-)
 
-
-def _numpy_stats(t: torch.Tensor) -> tuple[int, bool]:
-    values = t.detach().numpy()
-    nnz = int(numpy.count_nonzero(values != 0))
-    if nnz == 0:
-        return 0, True
-    first = values.flat[0]
-    if first != 0 and first != 1:
-        return nnz, False
-    return nnz, int(numpy.count_nonzero(values == 1)) == nnz
+def _count_true(mask: torch.Tensor) -> int:
+    """Number of True values of a bool tensor the capture created (never a user's: see
+    the module docstring on `.numpy()`)."""
+    if numpy is not None:
+        try:
+            return int(numpy.count_nonzero(mask.numpy()))
+        except (RuntimeError, TypeError):  # a tensor subclass numpy cannot view
+            pass
+    return int(torch.count_nonzero(mask))
 
 
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
@@ -112,19 +115,24 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
         values = t.tolist() if dim == 1 else [t.item()] if dim == 0 else t.reshape(-1).tolist()
         zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
         return numel - zeros, zeros + values.count(1) == numel
-    dtype = t.dtype
-    if dtype is torch.bool:
+    if t.dtype is torch.bool:
         return int(torch.count_nonzero(t)), True
-    if numpy is not None and dtype in _NUMPY_DTYPES and not t.is_conj() and not t.is_neg():
-        return _numpy_stats(t)
-    nnz = int(torch.count_nonzero(t))
+    # A cast to bool is one vectorised pass (NaN -> True, -0.0 -> False, as != 0 would give)
+    # and makes a fresh tensor of ours; torch's count_nonzero on mixed values branches badly.
+    nnz = _count_true(t.bool())
     if nnz == 0:
         return 0, True
     first = t[(0,) * t.dim()].item()
     if first != 0 and first != 1:
         return nnz, False
-    # Every value is 0 or 1 exactly when the non-zeros are all ones (NaN is non-zero, not one).
-    return nnz, int(torch.count_nonzero(t == 1)) == nnz
+    # Every value is 0 or 1 exactly when the non-zeros are all ones. x - 1 == 0 exactly when
+    # x == 1 (IEEE subtraction, and integers modulo their width); NaN - 1 is NaN, non-zero.
+    # The subtraction and cast are faster than torch's comparison kernels.
+    try:
+        ones = numel - _count_true(t.detach().sub(1).bool())  # detach: builds no autograd node
+    except RuntimeError:  # a dtype without subtraction (uint16, uint32, ...)
+        ones = int(torch.count_nonzero(t == 1))
+    return nnz, ones == nnz
 
 
 class TensorRegistry:
@@ -138,6 +146,7 @@ class TensorRegistry:
         parameter_names: dict[int, str],
         value_statistics: bool = True,
         defer_statistics: bool = False,
+        report_failure: Callable[[BaseException, int], None] | None = None,
     ) -> None:
         self.rows = rows
         self.frees = frees
@@ -147,6 +156,8 @@ class TensorRegistry:
         # Keep statistics on the device until flush even on CPU: the accelerator code path,
         # selectable so tests can run it without one.
         self.defer_statistics = defer_statistics
+        # Statistics that fail are recorded as not taken (null) and reported here.
+        self.report_failure = report_failure
         # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats, requires_grad]
         self.entries: dict[int, list] = {}
         self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
@@ -189,42 +200,46 @@ class TensorRegistry:
         version = _version_of(t)
         shape = t.shape
         requires_grad = t.requires_grad
-        same_values = False
-        if entry is not None:
-            if not written and entry[1] == version and entry[3] == shape:
-                if entry[6] == requires_grad:
-                    return entry[2]
-                # Only requires_grad changed (autograd marks an op's output after it returned):
-                # a new row, but the values, and so the statistics, are the ones already taken.
-                same_values = True
-            uid = entry[0]
-        else:
+        stats = None
+        if entry is not None and not written and entry[1] == version and entry[3] == shape:
+            if entry[6] == requires_grad:
+                return entry[2]
+            # Only requires_grad changed (autograd marks an op's output after it returned):
+            # a new row, but the values, and so the statistics, are the ones already taken.
+            stats = entry[5]
+        if stats is None:
+            stats = known_stats if known_stats is not None and self.value_statistics else self._statistics(t, seq)
+        tensor_id = self.next_tensor_id
+        self.next_tensor_id += 1  # a failure below leaves a gap in the ids, never a reused one
+        if entry is None:
             uid = self.next_uid
             self.next_uid += 1
+        else:
+            uid = entry[0]
+        self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
+        if entry is None:
             ref = weakref.ref(t, self._freed)
             self._refs[ref] = (key, uid)
-            entry = [uid, None, None, None, ref, None, None]
-            self.entries[key] = entry
-        tensor_id = self.next_tensor_id
-        self.next_tensor_id += 1
-        entry[1], entry[2], entry[3], entry[6] = version, tensor_id, shape, requires_grad
-        if not same_values:
-            entry[5] = known_stats if known_stats is not None and self.value_statistics else self._statistics(t)
-        stats = entry[5]
-        self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
-        if written and version >= 0:
-            entry[1] = version + 1
+            entry = self.entries[key] = [uid, None, None, None, ref, None, None]
+        # An argument the op mutates gets the version it will have once the op returned.
+        entry[1] = version + 1 if written and version >= 0 else version
+        entry[2], entry[3], entry[5], entry[6] = tensor_id, shape, stats, requires_grad
         return tensor_id
 
-    def _statistics(self, t: torch.Tensor):
+    def _statistics(self, t: torch.Tensor, seq: int):
         if not self.value_statistics or t.is_meta or t.layout is not torch.strided:
             return (None, None)
         # Callers hold excluded_from_modes(); these ops are not differentiable, so no no_grad.
-        if not self.defer_statistics and t.device.type == "cpu":
-            return immediate_stats(t)
-        nnz = torch.count_nonzero(t)
-        ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
-        return PendingStats(nnz, ones)
+        try:
+            if not self.defer_statistics and t.device.type == "cpu":
+                return immediate_stats(t)
+            nnz = torch.count_nonzero(t)
+            ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
+            return PendingStats(nnz, ones)
+        except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/failures.py)
+            if self.report_failure is not None:
+                self.report_failure(exc, seq)
+            return (None, None)
 
     def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad) -> None:
         kind_key = (t.dtype, t.device)
@@ -233,23 +248,25 @@ class TensorRegistry:
             kind = self._kinds[kind_key] = (_dtype_name(t.dtype), t.element_size(), str(t.device))
         strided = t.layout is torch.strided
         offset = t.storage_offset() if strided else 0
+        stride = t.stride() if strided else ()
         numel = t.numel()
-        if strided and numel and not t.is_meta:
+        is_meta = t.is_meta
+        if strided and numel and not is_meta:
             # data_ptr = storage pointer + offset * element size, without building a storage object
             storage = t.data_ptr() - offset * kind[1]
         else:
             storage = storage_pointer(t)
         name = self.parameter_names.get(id(t))
+        pending = isinstance(stats, PendingStats)
+        nnz, is01 = (None, None) if pending else stats
+        # Everything is computed above, so these appends cannot stop halfway.
         a = self._append
-        if isinstance(stats, PendingStats):
-            self.pending.append((len(self._columns[0]), stats))
-            nnz = is01 = None
-        else:
-            nnz, is01 = stats
         a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](shape)
-        a[5](t.stride() if strided else ()); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
-        a[10](requires_grad); a[11](numel); a[12](t.is_meta); a[13](storage); a[14](name is not None)
+        a[5](stride); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
+        a[10](requires_grad); a[11](numel); a[12](is_meta); a[13](storage); a[14](name is not None)
         a[15](name); a[16](nnz); a[17](is01)
+        if pending:
+            self.pending.append((len(self._columns[0]) - 1, stats))
 
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""

@@ -6,10 +6,21 @@ machine, quirks included: names depend on call order; backward scopes come from 
 multi-grad hooks; the end-of-backward callback resets `parents` but not `active_modules`, so
 modules whose inputs did not require grad stay "active" after backward (spec section 1.6).
 
+One quirk is not re-enacted: SpikingJelly raises `RuntimeError("active_modules stack
+underflow")` when a module exits while `active_modules` is empty, which aborts the user's
+backward. It happens with a loss module (`nn.CrossEntropyLoss()`): autograd never calls the
+grad hook on the loss itself (the root of backward), so the loss module is never re-entered,
+but its inputs' grad hook still exits it. We keep SpikingJelly's state (the name leaves
+`parents`; `active_modules` stays empty) and report the underflow to `on_underflow`, so the
+trace can say where SpikingJelly would have stopped.
+
 The same hooks report module events (forward pre/post, backward pre/post) to the recorder.
 Backward events come from grad hooks rather than `register_full_backward_hook`, because full
 backward hooks wrap inputs and outputs in extra `aten.view` ops and so change the very op
 stream being recorded.
+
+Every hook catches its own failures and hands them to `on_failure` (capture/failures.py):
+a module's forward and its backward always run, whatever happens to their record.
 """
 
 from __future__ import annotations
@@ -23,18 +34,36 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
-ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool], None]
+ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
+# on_underflow(module, tracker_name); on_failure(site, what, exception)
+UnderflowSink = Callable[[torch.nn.Module, str], None]
+FailureSink = Callable[[str, str, BaseException], None]
+
+
+def _module_name(module) -> str:
+    return type(module).__qualname__
 
 
 def _tensors(value) -> list[torch.Tensor]:
     return [a for a in tree_flatten(value)[0] if isinstance(a, torch.Tensor)]
 
 
+def _ignore_failure(site: str, what: str, exc: BaseException) -> None:
+    pass
+
+
 class ScopeTracker(ModuleTracker):
-    def __init__(self, on_event: ModuleEventSink) -> None:
+    def __init__(
+        self,
+        on_event: ModuleEventSink,
+        on_underflow: UnderflowSink | None = None,
+        on_failure: FailureSink = _ignore_failure,
+    ) -> None:
         super().__init__()
         self.active_modules: set[torch.nn.Module] = set()
         self.on_event = on_event
+        self.on_underflow = on_underflow
+        self.on_failure = on_failure
         # Bumped on every change of parents/active_modules, so the recorder can intern the
         # (parents, active_modules) state once per change instead of once per op.
         self.generation = 0
@@ -67,11 +96,35 @@ class ScopeTracker(ModuleTracker):
     def _exit(self, module, name: str) -> None:
         self.parents.discard(name)
         if not self.active_modules:
-            raise RuntimeError("active_modules stack underflow")
-        self.active_modules.discard(module)
+            # SpikingJelly raises "active_modules stack underflow" here (module docstring).
+            if self.on_underflow is not None:
+                self.on_underflow(module, name)
+        else:
+            self.active_modules.discard(module)
         self.generation += 1
 
     def _fw_pre_hook(self, module, args) -> None:
+        try:
+            self._forward_pre(module, args)
+        except Exception as exc:  # noqa: BLE001 - capture/failures.py
+            self.on_failure("module_hook", _module_name(module), exc)
+
+    def _fw_post_hook(self, module, args, kwargs, output) -> None:
+        try:
+            self._forward_post(module, kwargs, output)
+        except Exception as exc:  # noqa: BLE001 - capture/failures.py
+            self.on_failure("module_hook", _module_name(module), exc)
+
+    def _guarded_grad_hook(self, body: Callable[[list], None], name: str) -> Callable:
+        def grad_hook(grads) -> None:
+            try:
+                body(grads)
+            except Exception as exc:  # noqa: BLE001 - capture/failures.py
+                self.on_failure("grad_hook", name, exc)
+
+        return grad_hook
+
+    def _forward_pre(self, module, args) -> None:
         name = self._get_mod_name(module)
         self._enter(module, name, False)
         tensors = _tensors(args)
@@ -79,6 +132,7 @@ class ScopeTracker(ModuleTracker):
         call = self._calls.get(module, 0)
         self._calls[module] = call + 1
         self._open_calls.setdefault(module, []).append(call)
+        self._inputs_require_grad.setdefault(module, []).append(bool(grad_inputs))
         self.on_event("forward_pre", module, name, tensors, [], bool(grad_inputs), call)
         if grad_inputs:
 
@@ -86,10 +140,11 @@ class ScopeTracker(ModuleTracker):
                 self._exit(module, name)
                 self.on_event("backward_post", module, name, list(grads), [], True, call)
 
-            self._hooks.append(register_multi_grad_hook(grad_inputs, inputs_grads_ready))
-        self._inputs_require_grad.setdefault(module, []).append(bool(grad_inputs))
+            self._hooks.append(
+                register_multi_grad_hook(grad_inputs, self._guarded_grad_hook(inputs_grads_ready, name))
+            )
 
-    def _fw_post_hook(self, module, args, kwargs, output) -> None:
+    def _forward_post(self, module, kwargs, output) -> None:
         name = self._get_mod_name(module)
         self._exit(module, name)
         pending = self._inputs_require_grad.get(module)
@@ -109,7 +164,9 @@ class ScopeTracker(ModuleTracker):
                     # grad_input None, so the backward-post event is emitted here too.
                     self.on_event("backward_post", module, name, [], [], False, call)
 
-            self._hooks.append(register_multi_grad_hook(grad_outputs, output_grads_ready))
+            self._hooks.append(
+                register_multi_grad_hook(grad_outputs, self._guarded_grad_hook(output_grads_ready, name))
+            )
 
     def __enter__(self):
         self._fw_pre_handle = register_module_forward_pre_hook(self._fw_pre_hook)

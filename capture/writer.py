@@ -6,6 +6,15 @@ A flush turns the lists into Arrow arrays, writes one part per table under a tem
 and renames it; then the manifest is rewritten atomically. A process killed at any moment
 therefore leaves only whole parts and a manifest that says `running`.
 
+A write that fails (disk full, read-only or vanished directory, a file-size limit) never
+raises into the training script: the flush is undone (parts it already renamed are removed,
+so every part the manifest lists belongs to a whole flush), the error naming the file goes
+into the manifest (`status: failed`, `error`, a `writer` entry in `degraded`) if the manifest
+can still be written, and the writer drops what it buffers from then on (`failed`).
+
+Several ranks start in one directory at once, so start-up tolerates the other ranks' files
+appearing at any moment and touches only this rank's own files.
+
 This module needs pyarrow only (no torch), so tests and tools can write traces without torch.
 """
 
@@ -21,6 +30,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from capture.failures import FailureLog, describe_error
 from schemas import layout
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION
@@ -46,6 +56,14 @@ class TableBuffer:
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
+
+    def drop_partial_row(self) -> None:
+        """Remove a row whose append was cut short by a failure (some columns one longer)."""
+        lengths = [len(column) for column in self.columns.values()]
+        complete = min(lengths)
+        if max(lengths) != complete:
+            for column in self.columns.values():
+                del column[complete:]
 
     def append(self, **values) -> None:
         """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
@@ -76,24 +94,46 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _written_by_spiketrace(name: str) -> bool:
+    """A name a trace writer creates in a trace root: a manifest, a table directory, or the
+    temporary file of a manifest being written."""
+    base = name[: -len(layout.TMP_SUFFIX)] if name.endswith(layout.TMP_SUFFIX) else name
+    return base in TABLES or layout.manifest_rank(Path(base)) is not None
+
+
 def prepare_root(root: Path, rank: int) -> None:
     """Make `root` ready for this rank: create it, or clear this rank's old trace files in it.
 
-    Refuses a path that exists and is neither an empty directory nor a spiketrace trace, so a
-    typo never overwrites unrelated data.
+    Refuses a path that exists and is neither a directory holding only spiketrace files (or
+    a manifest) nor empty, so a typo never overwrites unrelated data. Race-free when all
+    ranks start at once: creation tolerates the directory existing, the check accepts
+    another rank's files in any stage of being written (a manifest's temporary file, a
+    table directory before any manifest), and only this rank's own files are removed.
     """
     if root.exists() and not root.is_dir():
         raise TracePathError(f"{root}: exists and is not a directory")
-    if root.is_dir() and any(root.iterdir()):
-        manifests = [p for p in root.iterdir() if layout.manifest_rank(p) is not None]
-        if not manifests:
-            raise TracePathError(
-                f"{root}: directory is not empty and is not a spiketrace trace; choose an empty or new path"
-            )
-        layout.manifest_path(root, rank).unlink(missing_ok=True)
-        for table in TABLES:
-            shutil.rmtree(layout.part_dir(root, table, rank), ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise TracePathError(f"{root}: cannot create the trace directory ({exc.strerror or exc})") from exc
+    names = os.listdir(root)
+    has_manifest = any(layout.manifest_rank(Path(name)) is not None for name in names)
+    if not has_manifest and not all(_written_by_spiketrace(name) for name in names):
+        raise TracePathError(
+            f"{root}: directory is not empty and is not a spiketrace trace; choose an empty or new path"
+        )
+    layout.manifest_path(root, rank).unlink(missing_ok=True)
+    for table in TABLES:
+        shutil.rmtree(layout.part_dir(root, table, rank), ignore_errors=True)
+
+
+def _naming_file(exc: Exception, path: Path) -> Exception:
+    """The same OS error, its message naming the file (pyarrow's I/O errors do not)."""
+    if not isinstance(exc, OSError) or exc.filename is not None:
+        return exc
+    if exc.errno is not None:
+        return OSError(exc.errno, exc.strerror or str(exc), str(path))
+    return OSError(f"{path}: {exc}")
 
 
 class TraceWriter:
@@ -120,6 +160,11 @@ class TraceWriter:
         self.flush_bytes = flush_bytes
         # Called with the writer before buffers become Arrow: fills deferred values in place.
         self.before_flush: list[Callable[["TraceWriter"], None]] = []
+        # Called once when a write fails: the recorder stops recording (nothing can be kept).
+        self.on_failure: list[Callable[[], None]] = []
+        self.failures = FailureLog(str(self.root), on_new_kind=self._save_manifest)
+        self.failed = False
+        self._saving = False
         self.part_index = 0
         self.counts = {name: 0 for name in TABLES}
         self.parts: dict[str, list[str]] = {name: [] for name in TABLES}
@@ -138,6 +183,7 @@ class TraceWriter:
             "counts": self.counts,
             "parts": self.parts,
             "steps_recorded": 0,
+            "degraded": self.failures.entries,
         }
         self.closed = False
         self.write_manifest()
@@ -156,52 +202,136 @@ class TraceWriter:
         if events >= self.flush_rows or (events and events % 4096 == 0 and self.buffered_bytes_estimate() >= self.flush_bytes):
             self.flush()
 
+    def drop_partial_rows(self) -> None:
+        """Make every buffer whole again after a record was cut short by a failure."""
+        for buffer in self.tables.values():
+            buffer.drop_partial_row()
+
     def write_manifest(self) -> None:
         _atomic_write_text(
             layout.manifest_path(self.root, self.rank), json.dumps(self.manifest, indent=1, default=str)
         )
 
-    def _write_part(self, name: str, table: pa.Table) -> None:
+    def _save_manifest(self) -> Exception | None:
+        """write_manifest, reporting instead of raising (the manifest of a failing disk)."""
+        if self._saving:  # reporting a failed save asks for a save: one attempt is enough
+            return None
+        path = layout.manifest_path(self.root, self.rank)
+        self._saving = True
+        try:
+            self.write_manifest()
+            return None
+        except Exception as exc:  # noqa: BLE001 - see module docstring
+            path.with_name(path.name + layout.TMP_SUFFIX).unlink(missing_ok=True)
+            error = _naming_file(exc, path)
+            self.failures.report("writer", str(path), error)
+            return error
+        finally:
+            self._saving = False
+
+    def _write_part(self, name: str, table: pa.Table) -> Path:
+        """Write one part under its final name (via a temporary file); return that name."""
         directory = layout.part_dir(self.root, name, self.rank)
-        directory.mkdir(parents=True, exist_ok=True)
         final = directory / layout.part_name(self.part_index)
         tmp = final.with_name(final.name + layout.TMP_SUFFIX)
         metadata = dict(table.schema.metadata or {})
         metadata[layout.METADATA_VERSION_KEY] = SCHEMA_VERSION.encode()
         metadata[layout.METADATA_TABLE_KEY] = name.encode()
         delta, dictionary = _encodings(table.schema)
-        pq.write_table(
-            table.replace_schema_metadata(metadata),
-            tmp,
-            compression="zstd",
-            compression_level=ZSTD_LEVEL,
-            use_dictionary=dictionary,
-            column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-        )
-        os.replace(tmp, final)
-        self.parts[name].append(str(final.relative_to(self.root)))
-        self.counts[name] += table.num_rows
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            pq.write_table(
+                table.replace_schema_metadata(metadata),
+                tmp,
+                compression="zstd",
+                compression_level=ZSTD_LEVEL,
+                use_dictionary=dictionary,
+                column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
+            )
+            os.replace(tmp, final)
+        except Exception as exc:
+            tmp.unlink(missing_ok=True)  # frees the space a full disk needs for the manifest
+            raise _naming_file(exc, tmp) from exc
+        return final
 
-    def flush(self, *, empty_parts: bool = False) -> None:
-        """Write every non-empty buffer as a part (every buffer when `empty_parts`)."""
-        for hook in self.before_flush:
-            hook(self)
-        wrote = False
-        for name, buffer in self.tables.items():
-            if len(buffer) or (empty_parts and not self.parts[name]):
-                self._write_part(name, buffer.to_arrow())
-                buffer.clear()
-                wrote = True
-        if wrote:
-            self.part_index += 1
-            self.write_manifest()
+    def flush(self, *, empty_parts: bool = False) -> bool:
+        """Write every non-empty buffer as a part (every buffer when `empty_parts`).
+
+        All tables of one flush share a part index and are committed together: the manifest
+        lists them only once all were written. Returns False when nothing could be written
+        (this flush failed, or an earlier one did); it never raises.
+        """
+        try:
+            for hook in self.before_flush:
+                hook(self)
+        except Exception as exc:  # noqa: BLE001 - deferred values unresolved: the rows cannot be written
+            self._fail(exc, f"{getattr(hook, '__qualname__', hook)} before a flush of {self.root}")
+        if self.failed:
+            self._drop_buffers()
+            return False
+        pending = [name for name, buffer in self.tables.items() if len(buffer) or (empty_parts and not self.parts[name])]
+        if not pending:
+            return True
+        written: list[Path] = []
+        part = self.root
+        try:
+            for name in pending:
+                part = layout.part_dir(self.root, name, self.rank) / layout.part_name(self.part_index)
+                written.append(self._write_part(name, self.tables[name].to_arrow()))
+        except Exception as exc:  # noqa: BLE001 - see module docstring
+            for path in written:  # an incomplete flush is undone: its parts would refer to missing rows
+                path.unlink(missing_ok=True)
+            self._fail(exc, str(part))
+            self._drop_buffers()
+            return False
+        for name, path in zip(pending, written):
+            self.parts[name].append(str(path.relative_to(self.root)))
+            self.counts[name] += len(self.tables[name])
+        error = self._save_manifest()
+        if error is not None:
+            # No manifest lists these parts: undo the flush, which also frees the space a
+            # full disk needs for the manifest that says `failed` (reported already).
+            for name, path in zip(pending, written):
+                path.unlink(missing_ok=True)
+                self.parts[name].pop()
+                self.counts[name] -= len(self.tables[name])
+            self._fail(error, str(layout.manifest_path(self.root, self.rank)), report=False)
+            self._drop_buffers()
+            return False
+        for name in pending:
+            self.tables[name].clear()
+        self.part_index += 1
+        return True
+
+    def _fail(self, exc: Exception, what: str, report: bool = True) -> None:
+        """From now on nothing is written: record why, stop the recorder."""
+        if self.failed:
+            return
+        self.failed = True
+        self.manifest["status"] = "failed"
+        self.manifest.setdefault("error", f"capture failed: {describe_error(exc)}")
+        if report:
+            self.failures.report("writer", what, exc)  # a new kind: rewrites the manifest, if it can
+        else:
+            self._save_manifest()
+        for callback in self.on_failure:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _drop_buffers(self) -> None:
+        for buffer in self.tables.values():
+            buffer.clear()
 
     def close(self, status: str = "complete") -> None:
+        """Write what is buffered and the final manifest. Never raises: a failure is recorded
+        as status `failed` where the manifest can still be written."""
         if self.closed:
             return
         self.closed = True
         # A clean close leaves at least one part per table, so a missing table means damage.
         self.flush(empty_parts=True)
-        self.manifest["status"] = status
+        self.manifest["status"] = "failed" if self.failed else status
         self.manifest["ended_at"] = time.time()
-        self.write_manifest()
+        self._save_manifest()

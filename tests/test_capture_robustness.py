@@ -194,3 +194,122 @@ def test_exception_inside_capture_marks_trace_failed(tmp_path):
         assert trace.manifests[0]["status"] == "failed"
         assert "ZeroDivisionError" in trace.manifests[0]["error"]
         assert "aten.neg.default" in set(trace.sql("SELECT op FROM events")["op"])
+
+
+# --- the capture's own structure and failures (issues 9 and 10) ------------------------------
+
+
+def test_only_the_recorders_users_import_it():
+    """The op log, optimizer log and the rest get a RecordingContext, never the Recorder."""
+    import ast
+
+    allowed = {"__init__.py", "scenarios.py", "example.py", "recorder.py"}
+    importers = []
+    for path in sorted((REPO / "capture").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []
+            if any(name == "capture.recorder" for name in names):
+                importers.append(path.name)
+    assert importers and set(importers) <= allowed, importers
+
+
+def _reference_stats(t: torch.Tensor) -> tuple[int, bool]:
+    values = t.reshape(-1).tolist()
+    return sum(v != 0 for v in values), all(v == 0 or v == 1 for v in values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool, torch.complex64])
+def test_value_statistics_are_exact_and_leave_storages_resizable(dtype):
+    from capture.tensors import immediate_stats
+
+    generator = torch.Generator().manual_seed(0)
+    binary = (torch.rand(40, 30, generator=generator) < 0.3).to(dtype)
+    cases = {"binary": binary, "zeros": torch.zeros(1000, dtype=dtype), "transposed": binary.t()}
+    if dtype is not torch.bool:
+        near = binary.clone()
+        near[3, 4] = 2  # one value that is neither 0 nor 1, after a first element that is
+        cases["binary but one"] = near
+        cases["expanded"] = binary[:1].expand(20, 30)
+        if dtype.is_floating_point:
+            for name, value in (("nan", float("nan")), ("minus zero", -0.0), ("almost one", 1 - 2**-8)):
+                odd = binary.clone()
+                odd[7, 7] = value
+                cases[name] = odd
+        if dtype in (torch.int8, torch.int64):
+            wrapped = binary.clone()
+            wrapped[1, 1] = -1  # -1 - 1 wraps nowhere near 0
+            cases["minus one"] = wrapped
+    for name, t in cases.items():
+        assert immediate_stats(t) == _reference_stats(t), (dtype, name)
+    for t in cases.values():  # views share storages: free them only once all were read
+        t.untyped_storage().resize_(0)  # raises had a statistic called .numpy() on any of them
+        assert t.untyped_storage().nbytes() == 0
+
+
+def test_failures_are_counted_per_kind_and_logged_once(tmp_path, caplog):
+    from capture.failures import FailureLog
+
+    saved = []
+    log = FailureLog(str(tmp_path / "trace"), on_new_kind=lambda: saved.append(len(log.entries)))
+    with caplog.at_level("WARNING", logger="spiketrace.capture"):
+        for seq in (5, 6, 7):
+            log.report("dispatch", "aten.mul.Tensor", ValueError(f"bad {seq}\nsecond line"), seq)
+        log.report("dispatch", "aten.mul.Tensor", KeyError("other type"), 8)
+        log.report("stage", "forward", ValueError("x"))
+    assert log.entries == [
+        {"site": "dispatch", "what": "aten.mul.Tensor", "error": "ValueError: bad 5", "count": 3, "first_seq": 5},
+        {"site": "dispatch", "what": "aten.mul.Tensor", "error": "KeyError: 'other type'", "count": 1, "first_seq": 8},
+        {"site": "stage", "what": "forward", "error": "ValueError: x", "count": 1, "first_seq": None},
+    ]
+    assert saved == [1, 2, 3]  # the manifest is rewritten once per new kind, not per failure
+    assert len(caplog.records) == 3 and all(str(tmp_path / "trace") in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypatch):
+    """The tensors part of the second flush cannot be written: the events and event_tensors
+    parts that flush already renamed are removed, the first flush stays whole and listed,
+    the user's ops never see an error."""
+    import pyarrow.parquet as pq
+
+    real_write = pq.write_table
+
+    def write_table(table, where, **options):
+        if "tensors/rank=0/part-00001" in str(where) and "event_tensors" not in str(where):
+            raise OSError(28, "No space left on device")
+        return real_write(table, where, **options)
+
+    def work():
+        x = torch.ones(4)
+        for _ in range(30):
+            x = x * 1.5  # flushes after 10 and 20 events happen inside these ops
+        return x
+
+    monkeypatch.setattr(pq, "write_table", write_table)
+    with Recorder(tmp_path / "t", flush_events=10) as recorder, recorder.stage("forward"):
+        captured = work()
+    assert torch.equal(captured, work())
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    [entry] = manifest["degraded"]
+    assert entry["site"] == "writer" and entry["what"].endswith("tensors/rank=0/part-00001.parquet")
+    assert "No space left" in entry["error"] and "part-00001.parquet.tmp" in manifest["error"]
+    assert manifest["counts"]["events"] == 10 and len(manifest["parts"]["events"]) == 1
+    on_disk = sorted(p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*.parquet*"))
+    assert on_disk == sorted(part for parts in manifest["parts"].values() for part in parts)
+    assert pq.read_table(tmp_path / "t" / manifest["parts"]["events"][0]).num_rows == 10
+
+
+def test_start_up_accepts_another_ranks_files_in_any_stage(tmp_path):
+    from capture.writer import prepare_root
+
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "manifest.rank=1.json.tmp").write_text("{")  # rank 1 is writing its first manifest
+    (root / "events" / "rank=1").mkdir(parents=True)
+    (root / "events" / "rank=0").mkdir(parents=True)  # our own, from an older trace
+    prepare_root(root, 0)
+    assert (root / "events" / "rank=1").is_dir() and not (root / "events" / "rank=0").exists()
+    (root / "notes.txt").write_text("not ours")
+    with pytest.raises(TracePathError, match="not a spiketrace trace"):
+        prepare_root(root, 0)

@@ -24,18 +24,22 @@ aten = torch.ops.aten
 
 
 @st.composite
-def conv_cases(draw, transposed: bool):
-    """A valid aten.convolution geometry plus a binary input; sizes kept small for speed."""
+def conv_cases(draw, transposed: bool, uniform: bool = False):
+    """A valid aten.convolution geometry plus a binary input; sizes kept small for speed.
+    `uniform`: the same kernel size, stride, padding, dilation and output padding in every
+    dim (what a one-element list or an int argument means)."""
     ndim = draw(st.integers(1, 3))
     groups = draw(st.sampled_from([1, 2, 3, 4]))
     c_in = groups * draw(st.integers(1, 2))
     c_out = groups * draw(st.integers(1, 2))
     kernel, stride, padding, dilation, outpad, spatial = [], [], [], [], [], []
     max_extra = {1: 6, 2: 4, 3: 2}[ndim]
-    for _ in range(ndim):
+    for dim in range(ndim):
         k, s, d = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
         p = draw(st.integers(0, 3))
         op = draw(st.integers(0, max(s, d) - 1)) if transposed else 0
+        if uniform and dim:
+            k, s, d, p, op = kernel[0], stride[0], dilation[0], padding[0], outpad[0]
         if transposed:
             # need (I-1)s - 2p + d(K-1) + op + 1 >= 1
             i_min = max(1, math.ceil((2 * p - d * (k - 1) - op) / s) + 1)
@@ -174,3 +178,83 @@ def test_no_ops_leak_to_dispatch_mode(grad_mode):
     dense = aten.convolution.default(x.double(), w.double(), None, [1, 2], [1, 1], [1, 1],
                                      False, [0, 0], 2)
     assert both.item() == dense.sum().item()
+
+
+# --- every argument form aten.convolution carries ----------------------------------------------
+# torch hands aten one value for all spatial dims (`F.conv2d(x, w, stride=[2])`,
+# `padding="valid"` -> padding=[0]) or one per dim; callers of our helpers may also pass an
+# int or an empty list (the default). Every form must give the full form's count.
+
+
+def _short_forms(draw, values: list[int], default: int):
+    """Forms that mean `values`: the full list always; one element / an int when all equal;
+    [] when all are the default."""
+    forms = [list(values)]
+    if len(set(values)) == 1:
+        forms += [[values[0]], values[0]]
+    if all(v == default for v in values):
+        forms.append([])
+    return draw(st.sampled_from(forms))
+
+
+@st.composite
+def short_form_cases(draw, transposed: bool):
+    case = draw(st.one_of(conv_cases(transposed=transposed, uniform=True), conv_cases(transposed=transposed)))
+    forms = {
+        "stride": _short_forms(draw, case["stride"], 1),
+        "padding": _short_forms(draw, case["padding"], 0),
+        "dilation": _short_forms(draw, case["dilation"], 1),
+        "outpad": _short_forms(draw, case["outpad"], 0),
+    }
+    return case, forms
+
+
+def _aten_accepts(form) -> bool:
+    return isinstance(form, list) and len(form) > 0
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.booleans().flatmap(lambda t: st.tuples(st.just(t), short_form_cases(transposed=t))))
+def test_every_argument_form_counts_like_the_full_form(drawn):
+    from capture import op_statistics
+
+    transposed, (case, forms) = drawn
+    full = _our_value(case, transposed)
+    short = dict(case, stride=forms["stride"], padding=forms["padding"], dilation=forms["dilation"],
+                 outpad=forms["outpad"])
+    assert _our_value(short, transposed) == full
+    # Through the capture's per-op statistic, with the arguments as aten.convolution has them.
+    w = torch.rand(case["w_shape"], generator=case["gen"]) * 0.5 + 0.25
+    x = case["x"].float()
+    args = _aten_args(x, w, short, transposed)
+    taps = op_statistics.conv_spike_taps(args, None)
+    assert spikingjelly_conv_value(int(taps.item()), case["w_shape"], transposed, case["groups"]) == full
+    # Independently: aten's own expansion of the same forms, with an all-ones kernel.
+    if all(_aten_accepts(forms[k]) for k in forms):
+        ones = aten.convolution.default(x.double(), torch.ones(case["w_shape"], dtype=torch.float64), None,
+                                         forms["stride"], forms["padding"], forms["dilation"], transposed,
+                                         forms["outpad"], case["groups"])
+        assert int(ones.sum().item()) == full
+    # The both-binary sum takes the same forms.
+    wb = (torch.rand(case["w_shape"], generator=case["gen"]) < 0.5).float()
+    both = op_statistics.conv_both_binary_sum(_aten_args(x, wb, short, transposed), None)
+    dense = aten.convolution.default(*_aten_args(x.double(), wb.double(), case, transposed))
+    assert both.item() == dense.sum().item()
+
+
+def test_hand_derived_one_element_forms():
+    # padding="valid" on a 2-d conv reaches aten as padding=[0], output_padding=[0]: a 3x3
+    # kernel over 4x4 with stride 1 gives 2x2 outputs; input (0, 0) is read by one (output,
+    # tap) pair, (1, 1) by four, so cov = outer((1, 2, 2, 1), (1, 2, 2, 1)).
+    x = torch.zeros(1, 1, 4, 4)
+    x[0, 0, 0, 0] = x[0, 0, 1, 1] = 1
+    taps = conv_spike_taps(x, (3, 1, 3, 3), [1, 1], [0], [1, 1], False, [0], 1)
+    assert taps.item() == 1 * 1 + 2 * 2
+    # stride=[2] on 5x5 with a 3x3 kernel and padding=[1]: outputs 0..2 per dim read inputs
+    # 2o-1..2o+1, so per dim cov = (1, 1, 2, 1, 2)... input i is read by o with |2o - i| <= 1:
+    # i=0: o=0; i=1: o=0,1; i=2: o=1; i=3: o=1,2; i=4: o=2 -> (1, 2, 1, 2, 1).
+    assert coverage_vector(5, 3, 2, 1, 1, False) == (1, 2, 1, 2, 1)
+    y = torch.ones(1, 1, 5, 5)
+    assert conv_spike_taps(y, (1, 1, 3, 3), [2], [1], [1], False, [], 1).item() == 7 * 7
+    with pytest.raises(ValueError, match="expected 1 or 2 values"):
+        conv_spike_taps(y, (1, 1, 3, 3), [2, 2, 2], [1], [1], False, [0], 1)

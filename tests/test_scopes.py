@@ -118,3 +118,34 @@ def test_backward_events_carry_their_forward_calls_index(tmp_path):
         ("forward_pre", 0), ("forward_post", 0), ("forward_pre", 1), ("forward_post", 1),
         ("backward_pre", 1), ("backward_post", 1), ("backward_pre", 0), ("backward_post", 0),
     ]
+
+
+def test_loss_module_underflow_is_recorded_where_spikingjelly_aborts(tmp_path):
+    """A loss module: SpikingJelly's tracker raises "active_modules stack underflow" at its
+    inputs' grad hook (autograd never runs the loss output's own hook). Beside it, the
+    recorder's scopes equal SpikingJelly's for every op up to that point, and the trace marks
+    the spot; the recorder itself never raises (see tests/real_jobs for the full run)."""
+    from spikingjelly.activation_based import functional, layer, neuron
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(layer.Linear(6, 5), neuron.LIFNode(), layer.Linear(5, 3))
+    functional.set_step_mode(model, "m")
+    criterion = nn.CrossEntropyLoss()
+    x = torch.rand(4, 2, 6)
+    tracker = ActiveModuleTracker()
+    probe = TrackerProbe(tracker)
+    recorder = Recorder(tmp_path / "trace", model=model)
+    with recorder, tracker, probe:  # ours first, so its grad hook fires before SpikingJelly's
+        loss = criterion(model(x).mean(0), torch.tensor([0, 2]))
+        with pytest.raises(RuntimeError, match="active_modules stack underflow"):
+            loss.backward()
+    ids = recorder.catalog.ids
+    expected = [(op, parents, frozenset(ids[id(m)] for m in active)) for op, parents, active in probe.rows]
+    recorded = recorded_scopes(tmp_path / "trace", ids)
+    assert recorded == expected
+    with open_trace(tmp_path / "trace") as trace:
+        [underflow] = trace.manifest["tracker_underflows"]
+        last_seq = int(trace.sql("SELECT max(seq) AS s FROM events")["s"].iloc[0])
+    assert underflow["module_id"] == ids[id(criterion)] and underflow["count"] == 1
+    assert underflow["first_seq"] == last_seq + 1  # SpikingJelly stopped right there, ops included

@@ -1,0 +1,148 @@
+"""`RecordingContext`: the state the recorder shares with the parts that write records.
+
+The op log (capture/dispatch.py), the optimizer log and the module-hook code need the same
+few things: whether recording is on, the current stage and step, the shared `seq` counter,
+thread and scope ids, neuron memory snapshots, the tensor registry, the writer, the lock and
+the failure log. The Recorder builds one context when it opens and sets its fields (stage,
+step, recording) as the user calls its API; the logs only read them. They hold this object,
+never the Recorder, so nothing below the Recorder imports it.
+
+A slotted dataclass of plain attributes: the per-op path reads `recording`, `step_index`
+and `current_stage` as single attribute loads, as it did from the Recorder.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from capture.modules import ModuleCatalog
+    from capture.tensors import TensorRegistry
+    from capture.tracker import ScopeTracker
+    from capture.writer import TraceWriter
+
+
+@dataclass(frozen=True)
+class Stage:
+    stage_id: int
+    name: str
+    phase: str
+    phase_source: str
+    reuse_weights: bool
+    batch_norm_backward: bool
+    b_index: int | None
+    t_index: int | None
+
+
+@dataclass(eq=False, slots=True)
+class RecordingContext:
+    writer: "TraceWriter"
+    catalog: "ModuleCatalog"
+    keep_binary_inputs: bool = False
+    defer_statistics: bool = False
+    # Built after the context, since they take its seq counter and scope state:
+    registry: "TensorRegistry | None" = None
+    tracker: "ScopeTracker | None" = None
+    # Set by the Recorder's API:
+    recording: bool = False
+    step_index: int = 0
+    current_stage: Stage | None = None
+    # What the record being written is about (an op or a module), for failure reports.
+    current_record: str = ""
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    seq: int = 0
+    steps_recorded: set = field(default_factory=set)
+    main_thread: int = field(default_factory=threading.get_ident)
+    _threads: dict = field(default_factory=dict)
+    _scopes: dict = field(default_factory=dict)
+    _scope_generation: int = -1
+    _scope_id: int = 0
+    _memory_snapshots: dict = field(default_factory=dict)
+    _stateful_generation: int = -1
+    _active_stateful: list = field(default_factory=list)  # (module_id, module) of active neurons
+
+    # -- ordering, threads, scopes ------------------------------------------------------------------
+    def take_seq(self) -> int:
+        seq = self.seq
+        self.seq = seq + 1
+        self.steps_recorded.add(self.step_index)
+        return seq
+
+    def peek_seq(self) -> int:
+        return self.seq
+
+    def thread_index(self) -> int:
+        ident = threading.get_ident()
+        index = self._threads.get(ident)
+        if index is None:
+            index = self._threads[ident] = 0 if ident == self.main_thread else len(self._threads) + 1
+        return index
+
+    def scope_id(self) -> int:
+        """The interned (parents, active_modules) state of the tracker, written once per state."""
+        tracker = self.tracker
+        if tracker.generation == self._scope_generation:
+            return self._scope_id
+        catalog = self.catalog
+        key = (
+            tuple(sorted(tracker.parents)),
+            tuple(sorted(catalog.module_id(m) for m in tracker.active_modules)),
+        )
+        scope_id = self._scopes.get(key)
+        if scope_id is None:
+            scope_id = len(self._scopes)
+            self.writer.tables["scopes"].append(scope_id=scope_id, parents=key[0], active_modules=key[1])
+            self._scopes[key] = scope_id  # only once its row is written
+        self._scope_generation, self._scope_id = tracker.generation, scope_id
+        return scope_id
+
+    # -- failures ---------------------------------------------------------------------------------
+    def report_failure(self, site: str, what: str, exc: BaseException, seq: int | None = None) -> None:
+        """Count a capture failure (capture/failures.py) and drop the row it cut short."""
+        with self.lock:
+            self.writer.failures.report(site, what, exc, seq)
+            try:
+                self.writer.drop_partial_rows()
+            except Exception:  # noqa: BLE001 - nothing more can be done for the buffers
+                pass
+
+    # -- neuron memories --------------------------------------------------------------------------
+    def snapshot_memories(self, seq: int) -> None:
+        """Record the memories of active stateful neurons whenever they changed (NeuronState replay)."""
+        tracker = self.tracker
+        if tracker.generation != self._stateful_generation:
+            ids, stateful = self.catalog.ids, self.catalog.stateful
+            self._active_stateful = [
+                (ids[id(m)], m) for m in tracker.active_modules if ids.get(id(m)) in stateful
+            ]
+            self._stateful_generation = tracker.generation
+        for module_id, module in self._active_stateful:
+            self.snapshot(seq, module_id, module, force=False)
+
+    def snapshot(self, seq: int, module_id: int, module, force: bool) -> None:
+        memories = module._memories
+        values = tuple(memories.values())
+        previous = self._memory_snapshots.get(module_id)
+        if not force and previous is not None and len(previous) == len(values) and all(
+            a is b for a, b in zip(previous, values)
+        ):
+            return
+        rows = []
+        for name, value in memories.items():
+            if isinstance(value, torch.Tensor):
+                kind, tensor_id, number = "tensor", self.registry.describe(value, seq), None
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                kind, tensor_id, number = "float", None, float(value)
+            else:
+                kind, tensor_id, number = ("none" if value is None else "other"), None, None
+            rows.append((name, kind, tensor_id, number))
+        # Appended and remembered only once every memory was described: a failure leaves the
+        # snapshot unwritten and so retried at the next record.
+        table = self.writer.tables["neuron_memories"]
+        for name, kind, tensor_id, number in rows:
+            table.append(seq=seq, module_id=module_id, name=name, kind=kind, tensor_id=tensor_id, value=number)
+        self._memory_snapshots[module_id] = values
