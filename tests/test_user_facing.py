@@ -123,3 +123,56 @@ def test_importing_the_plots_leaves_the_users_backend_alone():
     env = {**os.environ, "MPLBACKEND": "svg"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_energy_shares_are_per_level_and_names_carry_no_unit_suffix(training):
+    shown = spiketrace("energy", training, "--model", "compute").stdout.splitlines()
+    rows = [line for line in shown[2:] if line and not line.startswith("(")]
+    top = [r for r in rows if not r.startswith(" ")]
+    children = [r for r in rows if r.startswith("  ")]
+    share = lambda row: float(row.rsplit(None, 1)[1].rstrip("%"))  # noqa: E731
+    # before: parents and children together (memory_pj beside parameter_memory_pj): 195%
+    assert sum(map(share, top)) == pytest.approx(100, abs=0.3)
+    assert sum(map(share, children)) == pytest.approx(100, abs=0.3)  # memory's two parts
+    assert not any("_pj" in r for r in rows) and {r.split()[0] for r in top} == {"memory", "mac", "ac"}
+
+
+def two_widths(tmp_path):
+    paths = []
+    for hidden in (8, 16):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(10, hidden), neuron.IFNode(), nn.Linear(hidden, 4), neuron.IFNode())
+        with Recorder(tmp_path / f"h{hidden}", model=model) as rec, rec.stage("forward"), torch.no_grad():
+            model((torch.rand(6, 10) > 0.5).float())
+        paths.append(tmp_path / f"h{hidden}")
+    return paths
+
+
+def test_diff_prints_units_and_gates_take_them(tmp_path):
+    a, b = two_widths(tmp_path)
+    with open_trace(a) as ta, open_trace(b) as tb:
+        delta_pj = energy(tb, "compute").energy_total_pj - energy(ta, "compute").energy_total_pj
+    assert delta_pj > 0
+    below, above = delta_pj / 1e3 * 0.9, delta_pj / 1e3 * 1.1  # in nJ, around the real change
+    failing = spiketrace("diff", a, b, "--fail-if", f"energy.total>{below:.6f}nJ", check=False)
+    assert failing.returncode == 1 and "FAIL: energy.total changed +" in failing.stderr
+    assert spiketrace("diff", a, b, "--fail-if", f"energy.total>{above / 1e3:.9f} uJ").returncode == 0
+    # energies print with their unit, not as 1.23975e+08
+    line = next(l for l in failing.stdout.splitlines() if l.strip().startswith("energy.total"))
+    assert re.search(r"\d+\.\d{3} (pJ|nJ|µJ) -> \d+\.\d{3} (pJ|nJ|µJ)", line) and "e+" not in line
+    wrong = spiketrace("diff", a, b, "--fail-if", "counts.mac>5nJ", check=False)
+    assert wrong.returncode == 2 and "plain number" in wrong.stderr
+
+
+def test_output_order_is_fixed(training):
+    from analyze.counters import count
+
+    with open_trace(training) as trace:
+        frames = [count(trace, ["mac", "flop"], chunk_events=50).frame for _ in range(3)]  # many chunks, two threads
+    for frame in frames:
+        assert frame.equals(frames[0])
+        position = {"mac": 0, "flop": 1}
+        keys = list(zip(frame["counter"].map(position), frame["scope"], frame["op"]))
+        assert keys == sorted(keys)  # counters as asked, then scope, then op
+    outputs = {spiketrace("counts", training, "--format", fmt).stdout for fmt in ("json",) for _ in range(2)}
+    assert len(outputs) == 1

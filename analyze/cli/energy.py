@@ -17,6 +17,7 @@ import pandas as pd
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
 from analyze.cli.app import main, model_option, warnings_to_stderr
+from analyze.present.energy_table import energy_text, energy_views, total_of
 from analyze.present.units import format_energy
 from analyze.results import Analysis
 
@@ -66,27 +67,21 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
         click.echo(frame.to_csv(index=False), nl=False)
         return
     # views with energies; others (area, unsupported ops) are in --format json/csv
-    views = [v for v in frame["breakdown"].unique() if v not in ("total", "count")
-             and frame.loc[frame["breakdown"] == v, "pj"].notna().any()]
+    views = energy_views(frame)
     if view is None:
         view = "component" if "component" in views else (views[0] if views else None)
     elif view not in views:
         raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
-    rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()].sort_values("pj", ascending=False)
-    total = float(frame.loc[frame["key"].isin(["energy_total_pj", "total_pj"]), "pj"].iloc[0])
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy ({scope}) under {chosen}: {format_energy(total)}"
+    click.echo(f"{model} energy ({scope}) under {chosen}: {format_energy(total_of(frame))}"
                + (f" ({', '.join(overrides)})" if overrides else ""))
-    width = max([len(str(k)) for k in rows["key"]] + [len(str(view))])
     if view is not None:
-        click.echo(f"{view:<{width}}  {'energy':>14}  share")
-    for key, pj in zip(rows["key"], rows["pj"]):
-        share = f"{100 * pj / total:5.1f}%" if total else "   - "
-        click.echo(f"{key:<{width}}  {format_energy(pj):>14}  {share}")
+        click.echo("\n".join(energy_text(frame, view, model)))
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:
         click.echo(f"warning: {warning}", err=True)
+
 
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())

@@ -9,6 +9,7 @@ import click
 
 from analyze.cli.app import main, model_option, warnings_to_stderr
 from analyze.present.diff import ConditionError, diff_traces
+from analyze.present.units import format_metric
 from analyze.results import Analysis
 
 
@@ -49,13 +50,15 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
         totals = frame[frame["scope"] == "Global"]
         click.echo("\ntotals")
         for row in totals.itertuples():
-            click.echo(f"  {row.metric:<28} {row.a:>16,.6g} -> {row.b:<16,.6g} {_change(row.relative)}")
+            a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
+            click.echo(f"  {row.metric:<28} {a:>14} -> {b:<14} {_change(row.relative)}")
         changed = frame[(frame["scope"] != "Global") & (frame["delta"] != 0)].copy()
         changed["size"] = changed["relative"].map(lambda r: float("inf") if r is None or r != r else abs(r))
         changed = changed.sort_values("size", ascending=False).head(top)
         click.echo(f"\nlargest per-module changes ({len(changed)} shown)")
         for row in changed.itertuples():
-            click.echo(f"  {row.metric:<16} {row.scope:<36} {row.a:>14,.6g} -> {row.b:<14,.6g} {_change(row.relative)}")
+            a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
+            click.echo(f"  {row.metric:<20} {row.scope:<32} {a:>14} -> {b:<14} {_change(row.relative)}")
         for sentence in failed:
             click.echo(f"FAIL: {sentence}", err=True)
     if failed:

@@ -64,5 +64,12 @@ RULES: dict[str, str] = {
     "aten.mean.dim": "(a0_numel - o0_numel)",
     "aten.sigmoid_.default": "o0_numel",
 }
-SPIKINGJELLY: dict[str, str | None] = {}
+# Beyond SpikingJelly (docs/deviations.md): the optimizers' fused updates accumulate too:
+# one add per element (addcmul/addcdiv) and a subtraction plus an add (lerp).
+EXTRA_RULES: dict[str, str] = {
+    **{f"aten.{name}.default": "o0_numel" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")},
+    **{f"aten.{name}.{overload}": "(2 * o0_numel)" for name in ("lerp", "lerp_") for overload in ("Scalar", "Tensor")},
+}
+RULES.update(EXTRA_RULES)
+SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analyze.counters.applicability import applies
 from analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
 from analyze.counters.gather import JsonReadError, OpFactsBuilder
 from analyze.counters.partitions import Partition, partitions
@@ -163,12 +164,12 @@ class _Plan:
                 aborts[name] = f"CASE {tests}ELSE false END"
 
         def select(columns: dict[str, str]) -> str:  # the partial sums' columns, in their order
-            names = ["calls"] + [f"{c}_{n}" for n in self.rules for c in ("value", "counted", "uncovered_bytes")]
+            names = ["calls", "tensor_bytes"] + [f"{c}_{n}" for n in self.rules for c in ("value", "counted", "uncovered_bytes")]
             names += [f"aborts_{n}" for n in self.aborts]
             return f"rank, {keys}, " + ", ".join(
                 f"{columns.get(c, 'NULL::BIGINT' if c.startswith('value_') else '0::BIGINT')} AS {c}" for c in names)
 
-        sums = {"calls": "count(*)"}
+        sums = {"calls": "count(*)", "tensor_bytes": "CAST(sum(tensor_bytes) AS BIGINT)"}
         for name in self.rules:
             sums[f"uncovered_bytes_{name}"] = "CAST(sum(tensor_bytes) AS BIGINT)"  # where no rule covers the op
         for name in values:
@@ -329,24 +330,36 @@ def count_events(
     except JsonReadError:  # then as written: each JSON read per event, where its rule reaches it
         plan = _Plan(counters, calls, compat, group_by, read_json=False)
         partials = plan.sums(con, chunks, where, group_by, ignored)
-    values, unsupported, selected = [], [], 0
+    values, unsupported, selected, selected_bytes = [], [], 0, 0
     aborted = [pd.DataFrame()] if chunks and plan.aborts else []  # typed empty frames when nothing ran
     if partials:
         con.register("counter_partials", pa.concat_tables(partials))
         con.register("counter_ops", pa.table({"op_code": pa.array(range(len(plan.ops)), pa.int32()), "op": plan.ops}))
         try:
-            selected = con.execute("SELECT CAST(coalesce(sum(calls), 0) AS BIGINT) FROM counter_partials").fetchall()[0][0]
+            selected, selected_bytes = con.execute("SELECT CAST(coalesce(sum(calls), 0) AS BIGINT), "
+                                                   "CAST(coalesce(sum(tensor_bytes), 0) AS BIGINT) FROM counter_partials").fetchone()
             values, unsupported, aborts = _attribute(con, list(counters), plan.aborts, group_by)
             values, unsupported, aborted = [values], [unsupported], [aborts] if aborts is not None else []
         finally:
             con.unregister("counter_partials")
             con.unregister("counter_ops")
     frames = _summed(values, ["counter", "scope", "op", *group_by], ["value"])
+    # partial sums arrive in thread order: fix one order (counters as given, then scope, op,
+    # groups) so every table, CSV and JSON built from the frame is the same from run to run
+    position = {name: i for i, name in enumerate(counters)}
+    frames = frames.assign(_counter=frames["counter"].map(position)).sort_values(
+        ["_counter", "scope", "op", *group_by], ignore_index=True, kind="stable").drop(columns="_counter")
     unsupported = _summed(unsupported, ["counter", "op"], ["calls", "tensor_bytes"])
     unsupported = unsupported.sort_values(["counter", "calls", "op"], ascending=[True, False, True], ignore_index=True)
+    unsupported = unsupported.astype({"calls": "int64", "tensor_bytes": "int64"})
+    # SpikingJelly knows no "not applicable": under compat every op without a rule is uncovered
+    exempt = np.array([compat is None and not applies(c, op) for c, op in zip(unsupported["counter"], unsupported["op"])],
+                      dtype=bool)
     result = CounterResult(
         frame=frames.astype({"value": "int64"}),
-        unsupported=unsupported.astype({"calls": "int64", "tensor_bytes": "int64"}),
+        unsupported=unsupported[~exempt].reset_index(drop=True),
+        not_applicable=unsupported[exempt].reset_index(drop=True),
+        selected_bytes=int(selected_bytes),
         aborts=_summed(aborted, ["counter", "op"], ["calls"]) if aborted
         else pd.DataFrame(columns=["counter", "op", "calls"]),
         selected_events=int(selected),

@@ -145,8 +145,34 @@ RULES: dict[str, str] = {
     },
 }
 
-# compat="spikingjelly": its formulas where they differ (None: an op it aborts on).
+# Beyond SpikingJelly (it has no rule for these, so its optimizer and loss FLOPs are short;
+# docs/deviations.md): the ops Adam/AdamW, SGD with weight decay and the common losses run.
+_VALUE_SCALE = f"CASE WHEN {kwarg('value', 1)} <> 1 THEN o0_numel ELSE 0 END"
+EXTRA_RULES: dict[str, str] = {
+    # self + value * t1 (*|/) t2: the product or quotient, the add, and the scale when value != 1
+    **{f"aten.{name}.default": f"(2 * o0_numel + {_VALUE_SCALE})" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")},
+    # start + weight * (end - start): a subtraction, a product and an add per element
+    **{f"aten.{name}.{overload}": "(3 * o0_numel)" for name in ("lerp", "lerp_") for overload in ("Scalar", "Tensor")},
+    # one elementwise function evaluation per output element
+    **{f"aten.{name}.default": "o0_numel"
+       for name in ("sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_", "exp", "exp_", "log", "log_")},
+    # (x - y)^2 per element, then the reduction's adds (none for reduction='none')
+    "aten.mse_loss.default": "(2 * a0_numel + a0_numel - o0_numel)",
+    # 2/N (x - y) * grad: the difference, the constant scale, the product with grad_output
+    "aten.mse_loss_backward.default": "(3 * a1_numel)",
+    # x - max - log(sum(exp(x - max))): the subtraction, exp, the sum's add, the final subtraction
+    "aten._log_softmax.default": "(4 * a0_numel)",
+    # grad - exp(out) * sum(grad): exp, product, the sum's add, the subtraction
+    "aten._log_softmax_backward_data.default": "(4 * o0_numel)",
+    # per target: the negation and the sum (forward) or the scale (backward)
+    "aten.nll_loss_forward.default": "(2 * a1_numel)",
+    "aten.nll_loss_backward.default": "(2 * a2_numel)",
+}
+RULES.update(EXTRA_RULES)
+
+# compat="spikingjelly": its formulas where they differ (None: an op it has no rule for).
 SPIKINGJELLY: dict[str, str | None] = {
+    **{op: None for op in EXTRA_RULES},
     **{f"aten.{name}.Scalar": _alpha_add(ALPHA_KWARG) for name in ("add", "add_", "sub", "sub_", "rsub")},
     "aten.native_batch_norm_backward.default": _batch_norm_backward("a2_numel"),
 }

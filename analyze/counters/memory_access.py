@@ -104,5 +104,21 @@ RULES: dict[str, str] = {
     },
 }
 
-SPIKINGJELLY: dict[str, str | None] = {}
+# Beyond SpikingJelly (no rule there; docs/deviations.md): the optimizer and loss ops the FLOP
+# counter also covers read every operand and write every result once.
+EXTRA_RULES: dict[str, str] = {
+    **{op: "tensor_bytes" for op in (
+        *(f"aten.{name}.default" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")),
+        *(f"aten.{name}.{overload}" for name in ("lerp", "lerp_") for overload in ("Scalar", "Tensor")),
+        *(f"aten.{name}.default" for name in ("sqrt", "sqrt_", "rsqrt", "rsqrt_", "reciprocal", "reciprocal_",
+                                               "exp", "exp_", "log", "log_")),
+        "aten.mse_loss.default", "aten.mse_loss_backward.default", "aten._log_softmax.default",
+        "aten._log_softmax_backward_data.default", "aten.nll_loss_forward.default", "aten.nll_loss_backward.default",
+    )},
+    # a new tensor written once
+    **{f"aten.{name}.default": b("o0") for name in ("zeros_like", "empty_like")},
+}
+RULES.update(EXTRA_RULES)
+
+SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {"aten.logical_not.default": "true"}

@@ -17,18 +17,30 @@ class CounterResult:
     """Counts of several counters over one trace selection."""
 
     frame: pd.DataFrame  # counter, scope, op, value (+ group columns)
-    unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes
+    unsupported: pd.DataFrame  # counter, op, calls, tensor_bytes: ops of the counter's kind without a rule
     aborts: pd.DataFrame = field(default_factory=pd.DataFrame)  # compat: ops SpikingJelly aborts on
     selected_events: int = 0  # events of the selection no ignored module touches
+    selected_bytes: int = 0  # their tensor bytes (inputs and outputs)
+    # counter, op, calls, tensor_bytes: ops without a rule that the counter does not apply to
+    # (a view's FLOPs, a ReLU's MACs: 0 by definition; see applicability.py)
+    not_applicable: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"counter": [], "op": [], "calls": pd.Series([], dtype="int64"), "tensor_bytes": pd.Series([], dtype="int64")}))
     # extra views of some counters: counter, family, scope, metric, value (neuron_state's
     # "metrics" and "projection", SpikingJelly's get_metric_counts / get_projection_counts)
     details: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {"counter": [], "family": [], "scope": [], "metric": [], "value": pd.Series([], dtype="int64")}))
 
-    def coverage(self, counter: str) -> float:
-        """Fraction of the selected events some rule of `counter` covers (1.0 when none)."""
-        uncovered = sum(self.unsupported_of(counter).values())
-        return 1.0 if self.selected_events == 0 else (self.selected_events - uncovered) / self.selected_events
+    def coverage(self, counter: str, weight: str = "bytes") -> float:
+        """Fraction of the work `counter` applies to that some rule covers: weighted by the
+        ops' tensor bytes (default) or by calls; ops it does not apply to are left out of
+        both sides. 1.0 when nothing applies."""
+        if weight not in ("bytes", "calls"):
+            raise ValueError(f"coverage weight must be 'bytes' or 'calls', got {weight!r}")
+        column, total = ("tensor_bytes", self.selected_bytes) if weight == "bytes" else ("calls", self.selected_events)
+        unknown = self.unsupported.loc[self.unsupported["counter"] == counter, column].sum()
+        exempt = self.not_applicable.loc[self.not_applicable["counter"] == counter, column].sum()
+        applicable = total - exempt
+        return 1.0 if applicable <= 0 else float((applicable - unknown) / applicable)
 
     def totals(self) -> dict[str, int]:
         """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
@@ -56,4 +68,8 @@ class CounterResult:
 
     def unsupported_of(self, counter: str) -> dict[str, int]:
         rows = self.unsupported[self.unsupported["counter"] == counter]
+        return {op: int(n) for op, n in zip(rows["op"], rows["calls"])}
+
+    def not_applicable_of(self, counter: str) -> dict[str, int]:
+        rows = self.not_applicable[self.not_applicable["counter"] == counter]
         return {op: int(n) for op, n in zip(rows["op"], rows["calls"])}

@@ -67,3 +67,15 @@ def scope_warnings(trace, model: str, stage=None) -> list[str]:
     advice = f"; for a training step use the {better} model" if better and better != model else ""
     return [f"the {model} model is {scope.label}: {scope.limits}. This selection also holds {work}, "
             f"which it does not cost in full{advice}"]
+
+
+# How each model's components nest (child -> parent): a parent's energy is the sum of its
+# children's, so shares are taken per level (a child's share of its parent), never of
+# parents and children together (which added up to 195%).
+COMPONENT_PARENTS = {
+    "compute": {"parameter_memory_pj": "memory_pj", "neuron_state_memory_pj": "memory_pj"},
+    "neuromc": {"energy_mac_pj": "energy_compute_pj", "energy_extra_compute_pj": "energy_compute_pj",
+                "energy_base_memory_pj": "energy_memory_pj", "energy_extra_memory_pj": "energy_memory_pj"},
+    "lemaire": {"inout_pj": "memory_pj", "params_pj": "memory_pj", "potential_pj": "memory_pj"},
+    "spikesim": {},
+}

@@ -18,8 +18,10 @@ Nothing here counts: the numbers come from analyze.counters; this module only ar
         "<counter>": {
           "total": int,                                # value at scope "Global"
           "by_scope": {"<scope>": {"<op>": int}},      # SpikingJelly's get_counts() shape
-          "unsupported": {"<op>": int},                # calls of ops no rule of it covers
-          "coverage": float                            # covered / (covered + uncovered calls)
+          "unsupported": {"<op>": int},                # calls of ops of its kind no rule covers
+          "coverage": float,                           # covered share of the applicable work, by bytes
+          "coverage_calls": float,                     # the same by calls
+          "not_applicable": {"<op>": int}              # calls of ops it does not apply to
         }
       },
       "trace": {"path": str, "schema_version": str, "complete": bool, "ranks": [int], "events": int}
@@ -28,8 +30,9 @@ Nothing here counts: the numbers come from analyze.counters; this module only ar
 - One entry per requested counter, in the order asked. Scopes are SpikingJelly tracker names
   ("Global", "Net", "Net.fc1"); a scope's value includes its sub-modules', "Global" holds all.
 - `by_scope` sums over stages, phases, steps and ranks, whatever the result was grouped by.
-- `coverage` is over the selected events that no ignored module touches: the fraction of
-  calls some rule of that counter covers; 1.0 when the selection has no events.
+- `coverage` is over the selected events that no ignored module touches and that the counter
+  applies to (analyze/counters/applicability.py): the share of their tensor bytes some rule
+  covers (`coverage_calls`: of their calls); 1.0 when nothing applies.
 - `trace.events` counts every event of the trace, not only the selected ones.
 - Evolution is additive only: keys may be added, none renamed, retyped or removed.
 """
@@ -111,10 +114,11 @@ def tidy_frame(result: CounterResult, counters=None) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-def coverage(result: CounterResult, counters=None) -> dict[str, float]:
-    """counter -> fraction of the selected calls some rule of it covers."""
+def coverage(result: CounterResult, counters=None, weight: str = "bytes") -> dict[str, float]:
+    """counter -> fraction of the work it applies to that some rule covers (by tensor bytes,
+    or by calls); ops it does not apply to (a view's FLOPs) are left out."""
     names = counter_names(result) if counters is None else list(counters)
-    return {name: result.coverage(name) for name in names}
+    return {name: result.coverage(name, weight) for name in names}
 
 
 def module_classes(trace) -> pd.DataFrame:
@@ -144,6 +148,8 @@ def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
             "by_scope": by_scope,
             "unsupported": result.unsupported_of(name),
             "coverage": fractions[name],
+            "coverage_calls": result.coverage(name, "calls"),
+            "not_applicable": result.not_applicable_of(name),
         }
         for family in sorted(set(result.details.loc[result.details["counter"] == name, "family"])):
             document[name][family] = result.details_of(name, family)
@@ -308,17 +314,22 @@ def coverage_text(
 ) -> list[str]:
     """Per counter: the ops no rule covers (the `top` most called; None = all), with their
     calls and tensor volume, or "all ops covered"."""
-    lines = ["coverage:"]
+    lines = ["coverage (of the work each counter applies to, by tensor bytes):"]
     for name in names:
         rows = result.unsupported[result.unsupported["counter"] == name] if len(result.unsupported) else result.unsupported
-        parts = [f"{percent(fractions[name])} of calls covered"] if fractions and name in fractions else []
-        parts.append(f"{len(rows)} ops uncovered ({int(rows['calls'].sum())} calls)" if len(rows) else "all ops covered")
+        parts = [f"{percent(fractions[name])} covered ({percent(result.coverage(name, 'calls'))} of calls)"] \
+            if fractions and name in fractions else []
+        parts.append(f"{len(rows)} op{'s' if len(rows) != 1 else ''} without a rule ({int(rows['calls'].sum())} calls)"
+                     if len(rows) else "every op it applies to has a rule")
+        exempt = result.not_applicable_of(name)
+        if exempt:
+            parts.append(f"{len(exempt)} op{'s' if len(exempt) != 1 else ''} not applicable ({sum(exempt.values())} calls)")
         lines.append(f"  {name}: " + "; ".join(parts))
         shown, rest = (rows, rows.iloc[:0]) if top is None else (rows.head(top), rows.iloc[top:])
         table = [[op, str(int(n)), human_bytes(int(b))] for op, n, b in zip(shown["op"], shown["calls"], shown["tensor_bytes"])]
         if len(rest):
             table.append([f"... {len(rest)} more op{'s' if len(rest) > 1 else ''}", str(int(rest["calls"].sum())), human_bytes(int(rest["tensor_bytes"].sum()))])
-        lines += _grid(["uncovered op", "calls", "tensors"], table, "    ") if table else []
+        lines += _grid(["op without a rule", "calls", "tensors"], table, "    ") if table else []
     return lines
 
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from analyze.present.units import format_metric, metric_unit, quantity_in
 from analyze.results import Analysis
-CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)\s*(?P<percent>%?)\s*$")
+CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)"
+                       r"\s*(?:(?P<percent>%)|(?P<unit>[A-Za-zµμ]+))?\s*$")
 
 
 class ConditionError(ValueError):
@@ -74,17 +76,24 @@ class TraceDiff:
                 raise ConditionError(f"--fail-if {text!r}: expected METRIC>VALUE or METRIC>+N% (also <, >=, <=)")
             row = self.value(match["metric"])
             limit = float(match["value"])
+            if match["unit"]:  # energy.total>5uJ: the change against 5 µJ in pJ
+                try:
+                    limit = quantity_in(limit, match["unit"], metric_unit(row["metric"]), f"--fail-if {text!r}")
+                except ValueError as problem:
+                    raise ConditionError(str(problem)) from None
             if match["percent"]:
                 change = row["relative"]
                 if change is None or (isinstance(change, float) and math.isnan(change)):
                     change = math.inf if row["b"] > row["a"] else -math.inf
                 observed, shown = 100.0 * change, f"{100.0 * change:+.2f}%"
             else:
-                observed, shown = row["delta"], f"{row['delta']:+g}"
+                observed = row["delta"]
+                shown = ("+" if observed >= 0 else "-") + format_metric(row["metric"], abs(observed))
             holds = {">": observed > limit, "<": observed < limit, ">=": observed >= limit, "<=": observed <= limit}[match["op"]]
             if holds:
-                failed.append(f"{match['metric']} changed {shown} ({row['a']:g} -> {row['b']:g}), which is {match['op']} "
-                              f"{match['value']}{match['percent']}")
+                before, after = (format_metric(row["metric"], row[side]) for side in ("a", "b"))
+                failed.append(f"{match['metric']} changed {shown} ({before} -> {after}), which is {match['op']} "
+                              f"{match['value']}{match['percent'] or match['unit'] or ''}")
         return failed
 
     def to_json(self) -> dict:

@@ -6,6 +6,7 @@ value at least 1, so a CLI table, the report and a plot's axis print the same th
 
 from __future__ import annotations
 
+import functools
 import math
 
 ENERGY_UNITS = (("J", 1e12), ("mJ", 1e9), ("µJ", 1e6), ("nJ", 1e3), ("pJ", 1.0))
@@ -25,3 +26,59 @@ def format_energy(pj: float, digits: int = 3) -> str:
     """`pj` picojoules as text: 1234567.0 -> '1.235 µJ'."""
     scale, unit = energy_scale([pj])
     return f"{pj / scale:,.{digits}f} {unit}"
+
+
+def human_count(n: float) -> str:
+    """1234567 -> '1.23M' (powers of 1000), for operation counts."""
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:g}"
+
+
+def human_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:g} B"
+
+
+# metric (as `diff` names it) -> the unit its values are in; None: a plain number
+METRIC_UNITS = {"energy": "pJ", "counts.memory_access": "byte"}
+
+
+def metric_unit(metric: str) -> str | None:
+    return next((unit for prefix, unit in METRIC_UNITS.items() if metric == prefix or metric.startswith(prefix + ".")),
+                None)
+
+
+def format_metric(metric: str, value: float) -> str:
+    """A compared number with its unit: energies in pJ..J, bytes in B..GB, counts in K/M/G."""
+    unit = metric_unit(metric)
+    if unit == "pJ":
+        return format_energy(value)
+    if unit == "byte":
+        return human_bytes(value)
+    if metric.startswith("spike_rate"):
+        return f"{value:.4f}"
+    return human_count(value)
+
+
+@functools.cache
+def _registry():
+    import pint  # only when a unit is written: building its registry takes most of a second
+
+    registry = pint.UnitRegistry()
+    registry.define("KB = kilobyte")  # what people write for 1000 bytes (pint knows kB)
+    return registry
+
+
+def quantity_in(number: float, unit_text: str, unit: str | None, where: str) -> float:
+    """`number unit_text` (e.g. 5, 'uJ') in `unit` (e.g. 'pJ'); ValueError naming `where` when
+    the units do not match, or when the metric has no unit."""
+    if unit is None:
+        raise ValueError(f"{where}: this metric is a plain number; drop the unit {unit_text!r}")
+    try:
+        return float(_registry().Quantity(number, unit_text).to(unit).magnitude)
+    except Exception as problem:  # noqa: BLE001 - pint's errors are several types; one line for the user
+        raise ValueError(f"{where}: cannot read {number:g} {unit_text} as {unit} ({problem})") from None

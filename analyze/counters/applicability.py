@@ -1,0 +1,69 @@
+"""Which ops each counter applies to, so that coverage means something.
+
+An op a counter has no rule for is one of two things:
+* **not applicable**: the quantity is 0 by definition (a view moves no data and costs no
+  FLOP; a ReLU does no multiply-accumulate; a profiler marker touches no tensor). These are
+  not gaps and never fail `--strict`.
+* **unknown**: the op does work of the counter's kind and nobody wrote its rule (Adam's
+  `addcdiv_` had no FLOP rule; `aten.linear` under inference_mode has no MAC rule). These
+  are reported, weigh on coverage, and fail `--strict`.
+
+A counter either lists the ops it applies to (`APPLIES_TO`: every other op is not
+applicable; the synaptic counters) or the ops it does not (`NOT_APPLICABLE`: every other op
+is applicable; FLOPs and memory traffic). Patterns are fnmatch globs over op names.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+# No tensor work at all: profiler markers, scalar reads to the host, wrappers of a value.
+NO_TENSOR_WORK = (
+    "profiler.*", "aten._local_scalar_dense.*", "aten.lift_fresh.*", "aten.lift_fresh_copy.*",
+    "aten._assert_*", "aten.sym_*", "aten.is_nonzero.*", "aten.item.*", "aten.set_.*", "aten.resize_.*",
+)
+# Data movement, creation and metadata: no arithmetic, so no FLOP (their bytes do count).
+NO_ARITHMETIC = NO_TENSOR_WORK + (
+    "aten.view.*", "aten._unsafe_view.*", "aten.view_as.*", "aten.reshape.*", "aten._reshape_alias.*",
+    "aten.t.*", "aten.t_.*", "aten.transpose.*", "aten.transpose_.*", "aten.permute.*", "aten.expand.*",
+    "aten.expand_as.*", "aten.squeeze.*", "aten.squeeze_.*", "aten.unsqueeze.*", "aten.unsqueeze_.*",
+    "aten.select.*", "aten.select_backward.*", "aten.slice.*", "aten.slice_backward.*", "aten.unbind.*",
+    "aten.split.*", "aten.split_with_sizes.*", "aten.chunk.*", "aten.narrow.*", "aten.as_strided.*",
+    "aten.alias.*", "aten.detach.*", "aten.detach_.*", "aten.clone.*", "aten.copy_.*", "aten._to_copy.*",
+    "aten.contiguous.*", "aten.stack.*", "aten.cat.*", "aten.flatten.*", "aten.unflatten.*",
+    "aten.empty.*", "aten.empty_like.*", "aten.empty_strided.*", "aten.new_empty*", "aten.new_zeros.*",
+    "aten.new_ones.*", "aten.new_full.*", "aten.zeros.*", "aten.zeros_like.*", "aten.ones.*",
+    "aten.ones_like.*", "aten.full.*", "aten.full_like.*", "aten.fill_.*", "aten.zero_.*", "aten.scalar_tensor.*",
+    "aten.arange.*", "aten.index_select.*", "aten.gather.*", "aten.index.*", "aten.masked_select.*",
+    "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*",
+)
+# Multiply-accumulate work: products of two tensors summed (the synaptic ops, decomposed or not).
+SYNAPTIC = (
+    "aten.mm.*", "aten.addmm.*", "aten.bmm.*", "aten.baddbmm.*", "aten.addbmm.*", "aten.mv.*", "aten.addmv.*",
+    "aten.dot.*", "aten.matmul.*", "aten.linear.*", "aten.einsum.*", "aten.convolution.*", "aten._convolution.*",
+    "aten.conv1d.*", "aten.conv2d.*", "aten.conv3d.*", "aten.conv_transpose*", "aten.convolution_backward.*",
+    "aten._scaled_dot_product_*", "aten.scaled_dot_product_attention.*",
+)
+NORMALISATION = ("aten.native_batch_norm*", "aten.batch_norm.*", "aten._native_batch_norm*",
+                 "aten.native_layer_norm*", "aten.layer_norm.*", "aten.native_group_norm*", "aten.group_norm.*")
+# Accumulations: sums of tensors or of a tensor's elements.
+ACCUMULATION = (
+    "aten.add.*", "aten.add_.*", "aten.sub.*", "aten.sub_.*", "aten.rsub.*", "aten.sum.*", "aten.mean.*",
+    "aten.cumsum*", "aten.avg_pool*", "aten.adaptive_avg_pool*", "aten.addcmul*", "aten.addcdiv*", "aten.lerp*",
+)
+
+APPLICABILITY = {
+    "flop": {"not_applicable": NO_ARITHMETIC},
+    "memory_access": {"not_applicable": NO_TENSOR_WORK},
+    "mac": {"applies_to": SYNAPTIC + NORMALISATION},
+    "synop": {"applies_to": SYNAPTIC},
+    "ac": {"applies_to": SYNAPTIC + NORMALISATION + ACCUMULATION},
+}
+
+
+def applies(counter: str, op: str) -> bool:
+    """Whether `counter` measures anything for `op` (a counter not listed applies to every op)."""
+    table = APPLICABILITY.get(counter, {})
+    if "applies_to" in table:
+        return any(fnmatchcase(op, pattern) for pattern in table["applies_to"])
+    return not any(fnmatchcase(op, pattern) for pattern in table.get("not_applicable", ()))

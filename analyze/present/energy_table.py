@@ -1,0 +1,79 @@
+"""What `spiketrace energy` shows: one breakdown of a report as a tree with per-level shares.
+
+Components nest (memory = parameter + neuron state memory; analyze/energy/scopes.py) and
+modules nest (Net includes Net.fc1): each row's share is of its parent (of the total at the
+top level), so the shares of one level add up to 100%. Names lose their `_pj` suffix: the
+unit is in the value, formatted by present/units.py.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analyze.energy.scopes import COMPONENT_PARENTS
+from analyze.present.units import format_energy
+
+TOTAL_KEYS = ("energy_total_pj", "total_pj")
+
+
+def total_of(frame: pd.DataFrame) -> float:
+    return float(frame.loc[frame["key"].isin(TOTAL_KEYS), "pj"].iloc[0])
+
+
+def energy_views(frame: pd.DataFrame) -> list[str]:
+    """The breakdowns of a report frame that carry energies (area and counts do not)."""
+    return [v for v in frame["breakdown"].unique() if v not in ("total", "count")
+            and frame.loc[frame["breakdown"] == v, "pj"].notna().any()]
+
+
+def _parents(keys: list[str], view: str, model: str) -> dict[str, str | None]:
+    if view == "component":
+        table = COMPONENT_PARENTS.get(model, {})
+        return {k: table.get(k) if table.get(k) in keys else None for k in keys}
+    if view == "module":  # the nearest enclosing module that is itself a row
+        present = set(keys)
+        parents = {}
+        for key in keys:
+            parts = key.split(".")
+            parents[key] = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)
+                                 if ".".join(parts[:i]) in present), None)
+        return parents
+    return {k: None for k in keys}
+
+
+def energy_rows(frame: pd.DataFrame, view: str, model: str) -> list[tuple[str, int, float, float | None]]:
+    """(name, depth, pJ, share of its parent or of the total) in tree order, largest first per level."""
+    rows = frame[(frame["breakdown"] == view) & frame["pj"].notna()]
+    value = dict(zip(rows["key"].astype(str), rows["pj"].astype(float)))
+    parents = _parents(list(value), view, model)
+    children: dict[str | None, list[str]] = {}
+    for key, parent in parents.items():
+        children.setdefault(parent, []).append(key)
+    total = total_of(frame)
+    out = []
+
+    def visit(parent: str | None, depth: int) -> None:
+        whole = total if parent is None else value[parent]
+        for key in sorted(children.get(parent, []), key=lambda k: (-value[k], k)):
+            out.append((key, depth, value[key], value[key] / whole if whole else None))
+            visit(key, depth + 1)
+
+    visit(None, 0)
+    return out
+
+
+def _label(key: str, view: str) -> str:
+    return key.removesuffix("_pj").removeprefix("energy_") if view == "component" else key
+
+
+def energy_text(frame: pd.DataFrame, view: str, model: str) -> list[str]:
+    """The table lines: name (indented per level), energy with its unit, share of the parent."""
+    rows = energy_rows(frame, view, model)
+    labels = ["  " * depth + _label(key, view) for key, depth, _, _ in rows]
+    energies = [format_energy(pj) for _, _, pj, _ in rows]
+    shares = ["-" if share is None else f"{100 * share:.1f}%" for *_, share in rows]
+    width = max([len(view), *map(len, labels)])
+    lines = [f"{view:<{width}}  {'energy':>14}  {'share':>6}"]
+    lines += [f"{label:<{width}}  {energy:>14}  {share:>6}" for label, energy, share in zip(labels, energies, shares)]
+    lines.append("(shares are of the parent row, or of the total at the top level)")
+    return lines
