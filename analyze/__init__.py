@@ -9,15 +9,37 @@
         analysis.energy("neuromc", "neuromc-like-v1")
         analysis.energy("neuromc", "my-chip.toml")       # re-costed, not re-mapped
 
-The pipeline, one room each: trace/ (open, check, views) -> counters/ and energy/ (activity)
--> presets/ (what each action costs) -> results.py (Analysis: computed once) -> present/
-(tables, plots, report, diff) -> cli/.
+Every function that takes a trace also takes its path. The pipeline, one room each: trace/
+(open, check, views) -> counters/ and energy/ (activity) -> presets/ (what each action costs)
+-> results.py (Analysis: computed once) -> present/ (tables, plots, report, diff) -> cli/.
+
+The names below are imported on first use (PEP 562), so `import analyze.cli` stays light.
 """
 
-from analyze import energy  # the package; callable as energy(trace, model, preset, ...)
-from analyze.counters import count, counts
-from analyze.energy import recost
-from analyze.results import Analysis
-from analyze.trace import Trace, TraceError, open_trace
+from importlib import import_module
 
-__all__ = ["Analysis", "Trace", "TraceError", "count", "counts", "energy", "open_trace", "recost"]
+_PUBLIC = {
+    "Analysis": ("analyze.results", "Analysis"),
+    "Trace": ("analyze.trace", "Trace"),
+    "TraceError": ("analyze.trace", "TraceError"),
+    "count": ("analyze.counters", "count"),
+    "counts": ("analyze.counters", "counts"),
+    "energy": ("analyze.energy", None),  # the package, callable as energy(trace, model, preset, ...)
+    "open_trace": ("analyze.trace", "open_trace"),
+    "recost": ("analyze.energy", "recost"),
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'analyze' has no attribute {name!r}")
+    module_name, attribute = _PUBLIC[name]
+    module = import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

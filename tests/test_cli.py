@@ -169,3 +169,32 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path):
     assert plain.output.count("\n") == 1 and "no binary module outputs" in plain.output and "--debug" in plain.output
     debug = runner.invoke(main, ["--debug", "plot", str(tmp_path / "trace"), "spikes", "--out", str(tmp_path / "a.png")])
     assert isinstance(debug.exception, ValueError)
+
+
+def test_help_is_fast_to_load_and_matches_the_commands():
+    import subprocess
+    import sys
+
+    from analyze.cli.app import COMMANDS, MODEL_NAMES
+    from analyze.energy import MODELS
+
+    assert set(MODEL_NAMES) == set(MODELS)
+    # `spiketrace --help` imports no command module, so none of pandas, DuckDB, pyarrow
+    code = ("import sys; from analyze.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('pandas', 'duckdb', 'pyarrow', 'numpy') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name, (module, short) in COMMANDS.items():  # the listed line is the command's own
+        command = main.get_command(None, name)
+        assert command is not None and command.help.splitlines()[0] == short, name
+
+
+def test_version_and_short_help_flag():
+    from importlib.metadata import version
+
+    runner = CliRunner()
+    assert runner.invoke(main, ["--version"]).output.strip() == f"spiketrace, version {version('spiketrace')}"
+    assert runner.invoke(main, ["energy", "-h"]).output.startswith("Usage: ")
+    assert "Example:" in runner.invoke(main, ["counts", "-h"]).output

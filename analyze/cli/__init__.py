@@ -1,5 +1,6 @@
 """The `spiketrace` command line: one module per command group, each command a few lines
-over the library (analyze.results.Analysis, analyze.present). `main` is the entry point.
+over the library (analyze.results.Analysis, analyze.present). `main` is the entry point;
+a command's module is imported when the command runs (app.COMMANDS).
 
     app.py             the group, one-line errors and exit codes, shared helpers
     trace_commands.py  info, views, sql, validate
@@ -10,7 +11,6 @@ over the library (analyze.results.Analysis, analyze.present). `main` is the entr
     demo.py            demo
 """
 
-from analyze.cli import counts, demo, energy, plots, report, trace_commands  # noqa: F401  (commands attach to main)
 from analyze.cli.app import main
 
 __all__ = ["main"]

@@ -1,8 +1,12 @@
 """The `spiketrace` command group and what every command shares: one-line errors with exit
 code 2 (`--debug` shows the traceback), and the small text helpers.
 
-Exit codes: 0 success; 1 a check or gate failed (`validate`, `counts --strict`, `diff
---fail-if`); 2 the trace, preset or query could not be used (one line `error: ...` on stderr).
+Exit codes: 0 success; 1 a check or gate failed (`validate`, `counts --strict`/`--min-coverage`,
+`diff --fail-if`); 2 the input could not be used (a bad trace, preset, query or option: one
+line `error: ...` on stderr).
+
+This module imports click and nothing heavy: a command's module (and pandas, DuckDB, the
+engines) is imported only when that command runs, so `spiketrace --help` answers at once.
 """
 
 from __future__ import annotations
@@ -10,21 +14,42 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
+from importlib import import_module
 
 import click
-import duckdb
-import pandas as pd
 
-from analyze.energy import MODELS
-from analyze.presets import PresetError
-from analyze.trace import Trace, TraceError
-from schemas.version import SchemaVersionError
-
-REPORTED_ERRORS = (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError)
+# command -> (module that defines it, its one-line help for `spiketrace --help`; a test checks
+# these lines are the commands' own)
+COMMANDS = {
+    "counts": ("analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
+    "demo": ("analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
+    "diff": ("analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
+    "energy": ("analyze.cli.energy", "Energy of TRACE under one preset, by component, stage or module."),
+    "info": ("analyze.cli.trace_commands", "Summarise TRACE: manifest facts, ops, stages and modules."),
+    "plot": ("analyze.cli.plots", "Draw one figure of TRACE (or of a recost result) into --out."),
+    "presets": ("analyze.cli.energy", "Hardware presets: list, show, validate, import-zigzag."),
+    "recost": ("analyze.cli.energy", "Cost TRACE under many presets or a sweep; the trace is mapped once."),
+    "report": ("analyze.cli.report", "One self-contained HTML page: summary, caveats, breakdowns, plots."),
+    "sql": ("analyze.cli.trace_commands", "Run a DuckDB query over TRACE's views (no query: open the shell)."),
+    "validate": ("analyze.cli.trace_commands", "Check TRACE deeply (counts, unique ids, references); exit 1 on problems."),
+    "views": ("analyze.cli.trace_commands", "List the named breakdown views every trace has."),
+}
+MODEL_NAMES = ("compute", "lemaire", "neuromc", "spikesim")  # analyze.energy.MODELS (a test keeps them equal)
 
 
 class CommandUnavailable(RuntimeError):
     """A command cannot run on this machine (the demo without torch, the shell without duckdb)."""
+
+
+def _reported_errors() -> tuple[type[BaseException], ...]:
+    """The errors that are the input's fault: shown as their message alone (imported late)."""
+    import duckdb
+
+    from analyze.presets import PresetError
+    from analyze.trace import TraceError
+    from schemas.version import SchemaVersionError
+
+    return TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable
 
 
 def one_line(exc: BaseException) -> str:
@@ -39,10 +64,23 @@ def one_line(exc: BaseException) -> str:
 
 
 class SpiketraceGroup(click.Group):
-    """Reports errors as one line and exit code 2, unless --debug (then the traceback).
+    """Loads each command's module on first use, and reports errors as one line with exit
+    code 2, unless --debug (then the traceback). The expected ones (a bad trace, preset or
+    query) print their message; anything else also names its type and suggests --debug."""
 
-    The expected ones (a bad trace, preset or query) print their message; anything else also
-    names its type and suggests --debug, so a bug is still visible."""
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name not in self.commands and name in COMMANDS:
+            import_module(COMMANDS[name][0])  # its @main.command() registers it
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1] if name in COMMANDS else self.commands[name].get_short_help_str())
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -52,34 +90,24 @@ class SpiketraceGroup(click.Group):
         except BrokenPipeError:  # `spiketrace ... | head`: the reader left, nothing to report
             sys.stderr.close()
             ctx.exit(0)
-        except (*REPORTED_ERRORS, CommandUnavailable) as exc:
-            if (ctx.obj or {}).get("debug"):
-                raise
-            click.echo(f"error: {one_line(exc)}", err=True)
-            ctx.exit(2)
         except Exception as exc:  # noqa: BLE001 - one line for users; --debug shows the traceback
             if (ctx.obj or {}).get("debug"):
                 raise
-            click.echo(f"error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)", err=True)
+            if isinstance(exc, _reported_errors()):
+                click.echo(f"error: {one_line(exc)}", err=True)
+            else:
+                click.echo(f"error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)",
+                           err=True)
             ctx.exit(2)
 
 
-def _table(frame: pd.DataFrame) -> str:
+def _table(frame) -> str:
     if frame.empty:
         return "(no rows)" if frame.columns.empty else "  ".join(frame.columns) + "\n(no rows)"
     return frame.to_string(index=False)
 
 
-def _fields(mapping: dict) -> str:
-    width = max(map(len, mapping))
-    return "\n".join(f"{key:<{width}}  {value}" for key, value in mapping.items())
-
-
-def _rows(trace: Trace, query: str) -> list[dict]:
-    return trace.arrow(query).to_pylist()
-
-
-def _warn(trace: Trace) -> None:
+def _warn(trace) -> None:
     for warning in trace.warnings:
         click.echo(f"warning: {warning}", err=True)
 
@@ -89,21 +117,21 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-
-
-@click.group(cls=SpiketraceGroup)
+@click.group(cls=SpiketraceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spiketrace", prog_name="spiketrace")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """Analyse spiketrace traces (Parquet directories written by `capture`)."""
+    """Analyse spiketrace traces (Parquet directories written by `capture`).
+
+    Start with `spiketrace demo /tmp/demo --force`, then `spiketrace energy /tmp/demo`.
+    `spiketrace COMMAND -h` shows a command's options and an example."""
     ctx.obj = {"debug": debug}
-
-
 
 
 def model_option(what: str = "Energy model"):
     """--model, a checked choice; unset, the trace decides (energy/scopes.py)."""
-    return click.option("--model", type=click.Choice(sorted(MODELS)), default=None,
+    return click.option("--model", type=click.Choice(MODEL_NAMES), default=None,
                         help=f"{what} (default: neuromc for a training trace, compute for a forward-only one).")
 
 

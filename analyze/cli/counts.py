@@ -59,7 +59,9 @@ class Fraction(click.ParamType):
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout (parquet needs it).")
 def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
            compat, strict, min_coverage, output_format, out) -> None:
-    """Count operations (FLOPs, MACs, ACs, ...) of TRACE, per module scope, op or stage.
+    """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
+
+    Example: spiketrace counts runs/step --by op --counter flop,mac --strict
 
     Exit codes: 0 success; 1 --strict or --min-coverage not met (after printing the report);
     2 bad arguments (an unknown counter) or the trace could not be read."""

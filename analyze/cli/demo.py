@@ -21,7 +21,7 @@ from schemas import layout
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 @click.option("--force", is_flag=True, help="Replace OUT when it already holds a spiketrace trace.")
 def demo(out: str, output_format: str, force: bool) -> None:
-    """Capture a small spiking network's training step into OUT, then summarise it.
+    """Capture the built-in spiking MLP's training step into OUT and summarise it.
 
     Example: spiketrace demo /tmp/spiketrace-demo --force"""
     _make_room(Path(out), force)

@@ -53,7 +53,9 @@ def _progress(items):
               "model reports; default: component, or the model's first).")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
-    """Energy of TRACE under one preset."""
+    """Energy of TRACE under one preset, by component, stage or module.
+
+    Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage"""
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         model = analysis.model(model, preset)
         report = analysis.energy(model, preset, overrides=overrides, stage=stage, compat=compat,
@@ -94,7 +96,9 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
 @click.option("--compat", type=click.Choice(["spikingjelly"]))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="results.parquet (or .csv)")
 def recost(trace_path, model, presets, base, sweeps, stage, compat, out):
-    """Cost TRACE under many presets; the trace is mapped once."""
+    """Cost TRACE under many presets or a sweep; the trace is mapped once.
+
+    Example: spiketrace recost runs/step --preset compute-fp16-45nm --sweep e_mac_pj=0.1:4.6:50 --out sweep.parquet"""
     sweep = {}
     for text in sweeps:
         key, sep, spec = text.partition("=")
@@ -115,7 +119,9 @@ def recost(trace_path, model, presets, base, sweeps, stage, compat, out):
 
 @main.group()
 def presets():
-    """Shipped hardware presets: list, show, validate."""
+    """Hardware presets: list, show, validate, import-zigzag.
+
+    Example: spiketrace presets show neuromc-like-v1 --set mac_cost_pj.wg=0.7"""
 
 @presets.command("list")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")

@@ -25,7 +25,9 @@ KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "co
 @click.option("--peak-flops", type=float, help="roofline: peak FLOP/s of the target machine.")
 @click.option("--bandwidth", type=float, help="roofline: memory bandwidth in byte/s.")
 def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other, peak_flops, bandwidth):
-    """Draw one figure of TRACE (for sweep kinds, of a recost result) into --out."""
+    """Draw one figure of TRACE (or of a recost result) into --out.
+
+    Example: spiketrace plot runs/step energy --out energy.png"""
     from analyze.present import plots
 
     if kind in ("sweep", "sweep-heatmap"):

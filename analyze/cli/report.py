@@ -29,7 +29,10 @@ def _change(relative) -> str:
 @click.option("--top", type=int, default=15, show_default=True, help="Changed per-module rows shown.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
-    """What changed from trace A to trace B: model, counts, energy and spike rates."""
+    """What changed from trace A to trace B; exit 1 when a --fail-if holds.
+
+    Compares model, counts, energy and spike rates.
+    Example: spiketrace diff base/ new/ --fail-if 'energy.total>+5%' --fail-if 'energy.total>2uJ'"""
     with Analysis(trace_a) as a, Analysis(trace_b) as b, warnings_to_stderr():
         result = diff_traces(a, b, model=model, preset=preset)
     try:
@@ -71,7 +74,9 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
 @model_option("Energy model")
 @click.option("--preset", metavar="NAME|FILE")
 def report(trace_path, out, model, preset):
-    """One self-contained HTML page: summary, breakdowns, plots and coverage."""
+    """One self-contained HTML page: summary, caveats, breakdowns, plots.
+
+    Example: spiketrace report runs/step --out report.html"""
     from analyze.present.report import write_report
 
     with Analysis(trace_path) as analysis, warnings_to_stderr():

@@ -71,7 +71,9 @@ def print_info(trace: Trace, output_format: str) -> None:
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 def info(trace_path: str, output_format: str) -> None:
-    """Summarise TRACE: manifest facts, counts, the ops seen and the stages."""
+    """Summarise TRACE: manifest facts, ops, stages and modules.
+
+    Example: spiketrace info runs/step --format json"""
     with open_trace(trace_path) as trace:
         print_info(trace, output_format)
 
@@ -104,7 +106,9 @@ def _shell(trace_path: str) -> None:
 
 @main.command()
 def views() -> None:
-    """List the named breakdown views every trace has (spiketrace sql TRACE 'SELECT * FROM NAME')."""
+    """List the named breakdown views every trace has.
+
+    Example: spiketrace views; then spiketrace sql TRACE 'SELECT * FROM module_ops'"""
     from analyze.trace.views import sql_views
 
     from analyze.present.sql_tables import result_views
@@ -125,8 +129,9 @@ def views() -> None:
 @model_option("Energy model of the `energy` table")
 @click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
 def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None) -> None:
-    """Run QUERY (DuckDB SQL over the trace's views) and print the result; with no QUERY,
-    open the duckdb shell on the views."""
+    """Run a DuckDB query over TRACE's views (no query: open the shell).
+
+    Example: spiketrace sql runs/step "SELECT op, count(*) FROM events GROUP BY op" --format csv"""
     if query is None:
         _shell(trace_path)
         return
@@ -147,7 +152,9 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 def validate(trace_path: str) -> None:
-    """Check TRACE deeply (counts, unique ids, references); exit 1 on problems."""
+    """Check TRACE deeply (counts, unique ids, references); exit 1 on problems.
+
+    Example: spiketrace validate runs/step"""
     with open_trace(trace_path) as trace:
         _warn(trace)
         problems = trace.validate()

@@ -22,6 +22,7 @@ from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
 from analyze.counters.neuron_state import neuron_state
 from analyze.counters.sql import MACROS
+from analyze.trace import accepts_path
 
 COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
 # Module-level counters: their "op" column holds the metric (e.g. weight_read_bytes).
@@ -62,6 +63,7 @@ def _ignore_names(ignore_modules) -> list[str]:
     return names
 
 
+@accepts_path
 def count(
     trace,
     counters=None,
@@ -120,6 +122,7 @@ def count(
     return result
 
 
+@accepts_path
 def counts(trace, counters=None, **options) -> pd.DataFrame:
     """Tidy counts (counter, scope, op, value [, stage, phase, step, rank as asked with by=]).
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.presets import Preset, PresetError
+from analyze.trace import accepts_path
 from analyze.presets import loader as preset_loader
 from analyze.energy.scopes import SCOPES, default_model, scope_warnings
 
@@ -95,6 +96,7 @@ class ModelScopeWarning(UserWarning):
     """The selection holds work the energy model does not cost in full (see energy/scopes.py)."""
 
 
+@accepts_path
 def energy(trace, model: str | None = None, preset=None, *, overrides=(), stage=None, compat=None,
            ignore_modules=(), strict: bool = False, activity=None, **options):
     """The model's report (SpikingJelly's field names) for `trace` under one preset
@@ -149,6 +151,7 @@ def sweep_presets(base: Preset, sweep: Mapping[str, Iterable[Any]]) -> list[Pres
     return derived_presets
 
 
+@accepts_path
 def recost(trace, model: str | None = None, presets=None, *, sweep: Mapping[str, Iterable[Any]] | None = None, base=None,
            stage=None, compat=None, ignore_modules=(), strict: bool = False, progress=None, activity=None,
            **options) -> pd.DataFrame:

@@ -3,7 +3,7 @@ one DuckDB view per table plus the named SQL views (views.py, sql_views/), and t
 `Trace` (reader.py)."""
 
 from analyze.trace.manifest import COMPLETE, Part, TraceError, TraceNotFoundError, TraceVersionError
-from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, accepts_path, open_trace
 
 __all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceError", "TraceNotFoundError",
-           "TraceVersionError", "open_trace"]
+           "TraceVersionError", "accepts_path", "open_trace"]

@@ -11,6 +11,7 @@ opens with `complete == False` and a warning, and its flushed rows read normally
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -25,6 +26,19 @@ from analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
 STAGES_QUERY = "SELECT * FROM stages ORDER BY rank, begin_seq"
+
+
+def accepts_path(function):
+    """Let `function(trace, ...)` take a trace's path too: opened for the call, then closed."""
+
+    @functools.wraps(function)
+    def wrapper(trace, *args, **kwargs):
+        if isinstance(trace, (str, os.PathLike)):
+            with open_trace(trace) as opened:
+                return function(opened, *args, **kwargs)
+        return function(trace, *args, **kwargs)
+
+    return wrapper
 
 
 def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str = "1GB") -> Trace:
@@ -69,6 +83,12 @@ class Trace:
         # beyond this, and need not keep insertion order for what the analyses compute.
         self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self.con.execute("SET preserve_insertion_order = false")
+        # ASOF joins stay sort-based: DuckDB picks a nested loop (every pair of rows) when it
+        # estimates the left side under 64 rows, and a filtered CTE can be estimated so.
+        self.con.execute("SET asof_loop_join_threshold = 0")
+        # Range joins (record_key) stay IEJoins: below 1,000 rows on a side DuckDB would pick
+        # a piecewise merge join, which compares that side's rows with every row of the other.
+        self.con.execute("SET merge_join_threshold = 0")
         self.con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'spiketrace-duckdb'}'")
         create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
 
