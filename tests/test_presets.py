@@ -103,3 +103,12 @@ def test_presets_cli(tmp_path):
     bad = runner.invoke(main, ["presets", "validate", str(write(tmp_path, GOOD.replace("e_ac_pj", "x"), "bad.toml"))])
     assert bad.exit_code == 2
     assert bad.output.startswith("error: ") and "bad.toml" in bad.output and "unknown key 'x'" in bad.output
+
+
+def test_an_unknown_override_blames_the_users_key_and_suggests_the_fix():
+    with pytest.raises(PresetError) as raised:
+        load_preset("compute-fp32-45nm", ["e_mc_pj=3"])
+    message = str(raised.value)
+    # before: "<path of the shipped TOML>: unknown key 'e_mc_pj' (known: ...)"
+    assert message.startswith("override e_mc_pj=3: unknown key 'e_mc_pj'")
+    assert "did you mean e_mac_pj" in message and ".toml" not in message

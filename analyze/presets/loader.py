@@ -16,6 +16,7 @@ the models that import them.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import math
@@ -70,7 +71,7 @@ class Preset:
         units = dict(self.units)
         schema = dict(self.spec.PRESET_UNITS)
         for key, raw in pairs.items():
-            unit = _unit_for(key, schema, self._where())
+            unit = _unit_for(key, schema, f"override {key}={raw}", self.flat())
             value = _override_value(raw, unit, key, self._where(), self.spec)
             _assign(parameters, key, value)
             units[key] = unit
@@ -100,11 +101,17 @@ def _assign(tree: dict, dotted: str, value) -> None:
     tree[last] = value
 
 
-def _unit_for(key: str, schema: Mapping[str, str], where: str) -> str:
+def _unit_for(key: str, schema: Mapping[str, str], where: str, known: Mapping[str, Any] | None = None) -> str:
+    """The unit of `key` by the model's schema; else an error naming `where` (the file, or the
+    user's override) with the closest keys, so a typo is one glance from its fix."""
     for pattern, unit in schema.items():
         if fnmatch.fnmatchcase(key, pattern):
             return unit
-    raise PresetError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(schema))})")
+    candidates = sorted(known) if known else sorted(schema)
+    close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"known keys: {', '.join(candidates[:12])}" + (
+        ", ..." if len(candidates) > 12 else "")
+    raise PresetError(f"{where}: unknown key {key!r}; {hint}")
 
 
 def _zero_allowed(key: str, spec) -> bool:
