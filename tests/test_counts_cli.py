@@ -115,11 +115,12 @@ def test_scope_table_is_a_tree_cut_at_depth(demo):
     assert lines[1].startswith("Global") and lines[2].startswith("  SpikingMLP")
 
     full = run(demo, "--by", "scope", "--counter", "flop")
-    labels = {row[0]: row[1] for row in table_rows(full.stdout)[1:]}
+    labels = {row[0]: row[-1] for row in table_rows(full.stdout)[1:]}
     assert set(labels) == {"Global", "SpikingMLP", "fc1", "sn1", "fc2", "sn2"}
     fc1_total = sum(library(demo, "flop").spikingjelly("flop")["SpikingMLP.fc1"].values())
     assert labels["fc1"] == human(fc1_total)
-    assert any(line.startswith("    fc1 ") for line in full.stdout.splitlines())  # depth 2, indented twice
+    assert any(line.startswith("    fc1 (Linear) ") for line in full.stdout.splitlines())  # depth 2, its class
+    assert any(line.startswith("    sn1 (LIF) ") for line in full.stdout.splitlines())
 
 
 def test_op_table_keeps_the_top_ops_and_sums_the_others(demo):

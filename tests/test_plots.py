@@ -63,7 +63,7 @@ def test_energy_by_layer_stacks_the_reports_components(trace_path):
     check(figure, "Energy per layer", "(")
     axes = figure.axes[0]
     root = next(iter(report.energy_by_module_component)).split(".")[0]
-    layers = [f"{root}.{t.get_text()}" for t in axes.get_xticklabels()]
+    layers = [f"{root}.{t.get_text().split(' (')[0]}" for t in axes.get_xticklabels()]  # "fc1 (Linear)"
     scale = pj_per_axis_unit(axes)
     heights = {}
     for patch in axes.patches:  # stacked: sum per x position
@@ -92,7 +92,7 @@ def test_spike_heatmap_cells_are_the_views_rates(trace_path):
     check(figure, "Spike rate")
     grid = figure.axes[0].images[0].get_array()
     root = rates["scope"].iloc[0].split(".")[0]
-    layers = [f"{root}.{t.get_text()}" for t in figure.axes[0].get_yticklabels()]
+    layers = [f"{root}.{t.get_text().split(' (')[0]}" for t in figure.axes[0].get_yticklabels()]
     assert grid.shape == (rates["scope"].nunique(), rates["time_step"].nunique())
     for scope, step, rate in rates.itertuples(index=False):
         assert grid[layers.index(scope), int(step)] == pytest.approx(rate)
@@ -106,6 +106,13 @@ def test_roofline_points_and_ridge(trace_path):
     assert len(axes.collections[0].get_offsets()) > 0
     ridge = [line for line in axes.lines if line.get_linestyle() == "--"][0]
     assert ridge.get_xdata()[0] == pytest.approx(10.0)  # 1e12 / 1e11 FLOP/byte
+    # a roofline's y is attainable FLOP/s: each layer on the roof min(peak, bandwidth x intensity)
+    assert axes.get_ylabel() == "attainable performance (FLOP/s)"
+    for x, y in axes.collections[0].get_offsets():
+        assert y == pytest.approx(min(1e12, 1e11 * x))
+    with open_trace(trace_path) as trace:
+        bare = plots.roofline(trace)  # no machine: no roof, and the title says so
+    assert bare.axes[0].get_ylabel() == "work (FLOPs)" and "no roof" in bare.axes[0].get_title()
 
 
 def test_sweep_plots_follow_the_recost_frame(trace_path):

@@ -176,3 +176,20 @@ def test_output_order_is_fixed(training):
         assert keys == sorted(keys)  # counters as asked, then scope, then op
     outputs = {spiketrace("counts", training, "--format", fmt).stdout for fmt in ("json",) for _ in range(2)}
     assert len(outputs) == 1
+
+
+def test_layers_show_their_class_and_dead_layers_are_flagged(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 4), neuron.IFNode(v_threshold=1e9), nn.Linear(4, 3), neuron.IFNode())
+    with Recorder(tmp_path / "dead", model=model) as rec, rec.stage("forward"), torch.no_grad():
+        model(torch.rand(5, 6))  # the first IF never reaches its threshold: a dead layer
+    counts = spiketrace("counts", tmp_path / "dead", "--counter", "flop").stdout
+    assert "  0 (Linear)" in counts and "  1 (IFNode)" in counts  # not a bare "0"
+    energy_table = spiketrace("energy", tmp_path / "dead", "--by", "module").stdout
+    assert "Sequential.0 (Linear)" in energy_table
+    spiketrace("report", tmp_path / "dead", "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    rates = page[page.index("Spike rates per layer"):]
+    row = rates[rates.index("Sequential.1"):rates.index("</tr>", rates.index("Sequential.1"))]
+    assert "IFNode" in row and "dead: never fired" in row
+    assert "Not spiking (outputs not 0/1): Sequential.0 (Linear), Sequential.2 (Linear)" in rates

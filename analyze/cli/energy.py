@@ -17,6 +17,7 @@ import pandas as pd
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
 from analyze.cli.app import main, model_option, warnings_to_stderr
+from analyze.present.counts import module_classes, short_class
 from analyze.present.energy_table import energy_text, energy_views, total_of
 from analyze.present.units import format_energy
 from analyze.results import Analysis
@@ -60,6 +61,8 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
         model = analysis.model(model, preset)
         report = analysis.energy(model, preset, overrides=overrides, stage=stage, compat=compat,
                                  ignore_modules=ignore_modules, strict=strict)
+        modules = module_classes(analysis.trace)
+        classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
     scope = energy_models.SCOPES[model].label
     if output_format == "json":
         click.echo(json.dumps({"model": model, "scope": scope, **report.to_json()}, indent=2, default=str))
@@ -78,7 +81,7 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
     click.echo(f"{model} energy ({scope}) under {chosen}: {format_energy(total_of(frame))}"
                + (f" ({', '.join(overrides)})" if overrides else ""))
     if view is not None:
-        click.echo("\n".join(energy_text(frame, view, model)))
+        click.echo("\n".join(energy_text(frame, view, model, classes)))
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:

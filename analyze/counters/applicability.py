@@ -36,6 +36,9 @@ NO_ARITHMETIC = NO_TENSOR_WORK + (
     "aten.ones_like.*", "aten.full.*", "aten.full_like.*", "aten.fill_.*", "aten.zero_.*", "aten.scalar_tensor.*",
     "aten.arange.*", "aten.index_select.*", "aten.gather.*", "aten.index.*", "aten.masked_select.*",
     "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*",
+    # random numbers are drawn, not computed from operands
+    "aten.rand.*", "aten.rand_like.*", "aten.randn.*", "aten.randn_like.*", "aten.randint*", "aten.normal_.*",
+    "aten.uniform_.*", "aten.bernoulli*", "aten.randperm.*",
 )
 # Multiply-accumulate work: products of two tensors summed (the synaptic ops, decomposed or not).
 SYNAPTIC = (

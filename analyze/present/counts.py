@@ -121,6 +121,11 @@ def coverage(result: CounterResult, counters=None, weight: str = "bytes") -> dic
     return {name: result.coverage(name, weight) for name in names}
 
 
+def short_class(class_name) -> str:
+    """`torch.nn.modules.linear.Linear` -> `Linear`: what a layer is, next to where it is."""
+    return str(class_name).rsplit(".", 1)[-1]
+
+
 def module_classes(trace) -> pd.DataFrame:
     """scope, class_name, is_leaf, order: each module's tracker scope name and its class."""
     return trace.sql("""
@@ -235,12 +240,13 @@ def _by_scope(result: CounterResult, names: list[str], depth: int | None, module
     totals = scope_totals(result.frame)
     table = totals.pivot_table(index="scope", columns="counter", values="value", aggfunc="sum", fill_value=0)
     order = {} if modules is None else dict(zip(modules["scope"], modules["order"]))
+    classes = {} if modules is None else dict(zip(modules["scope"], modules["class_name"].map(short_class)))
     rows = []
     for scope in _tree_order(table.index, order):
         level = scope_depth(scope)
         if depth is not None and level > depth:
             continue
-        label = "  " * level + scope.split(".")[-1]
+        label = "  " * level + scope.split(".")[-1] + (f" ({classes[scope]})" if scope in classes else "")
         rows.append([label] + [human(table.at[scope, n]) if n in table.columns else "0" for n in names])
     if not rows:
         return ["(no counts)"]

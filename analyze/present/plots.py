@@ -28,6 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from analyze.energy import SCOPES
+from analyze.present.counts import module_classes, short_class
 from analyze.present.units import energy_scale
 from analyze.results import Analysis
 
@@ -68,9 +69,22 @@ def _short(names: list[str]) -> list[str]:
     return [n.split(".", 1)[1] if len(roots) == 1 and "." in n else n for n in names]
 
 
-def _layer_ticks(axes, names) -> None:
+def layer_classes(results) -> dict[str, str]:
+    """scope -> short class name, when `results` leads to a trace (a bare report does not)."""
+    if hasattr(results, "energy_by_module") or hasattr(results, "energy_by_stage") or hasattr(results, "unsupported"):
+        return {}
+    modules = module_classes(Analysis.of(results).trace)
+    return dict(zip(modules["scope"], modules["class_name"].map(short_class)))
+
+
+def _labels(names, classes) -> list[str]:
+    """`fc1 (Linear)`: where the layer is and what it is."""
+    return [f"{short} ({classes[name]})" if name in classes else short for name, short in zip(names, _short(list(names)))]
+
+
+def _layer_ticks(axes, names, classes=None) -> None:
     # vertical labels never collide, however long the module paths are
-    axes.set_xticks(range(len(names)), _short(list(names)), rotation=90)
+    axes.set_xticks(range(len(names)), _labels(list(names), classes or {}), rotation=90)
 
 
 def _by_module_component(report) -> dict[str, dict[str, float]]:
@@ -84,7 +98,8 @@ def _leaf_modules(report) -> list[str]:
     return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
 
 
-def energy_by_layer(results, model: str | None = None, preset=None, **options):
+def energy_by_layer(results, model: str | None = None, preset=None, classes=None, **options):
+    classes = layer_classes(results) if classes is None else classes
     report, model = energy_report(results, model, preset, **options)
     layers = _leaf_modules(report)
     split = _by_module_component(report)
@@ -99,7 +114,7 @@ def energy_by_layer(results, model: str | None = None, preset=None, **options):
         axes.bar(range(len(table)), values, bottom=bottom, label=component.removesuffix("_pj").replace("_", " "),
                  color=COMPONENT_COLOURS.get(component))
         bottom += values
-    _layer_ticks(axes, table.index)
+    _layer_ticks(axes, table.index, classes)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel(f"layer (in {table.index[0].split('.')[0]})" if len(table) else "layer")
     axes.set_title(f"Energy per layer by component{_about(model, preset)}")
@@ -135,7 +150,7 @@ def spike_rate_heatmap(results):
     grid = rates.pivot(index="scope", columns="time_step", values="rate").sort_index()
     figure, axes = _figure(max(5.0, 0.5 * grid.shape[1] + 4), max(3.0, 0.4 * grid.shape[0] + 1.5))
     image = axes.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="viridis", vmin=0)
-    axes.set_yticks(range(len(grid)), _short(list(grid.index)))
+    axes.set_yticks(range(len(grid)), _labels(list(grid.index), layer_classes(results)))
     axes.set_xticks(range(grid.shape[1]), [str(int(t)) for t in grid.columns])
     axes.set_xlabel("time step")
     axes.set_ylabel("layer")
@@ -144,11 +159,15 @@ def spike_rate_heatmap(results):
     return figure
 
 
-def roofline(results, *, peak_flops: float | None = None, bandwidth: float | None = None):
-    """Per leaf module: FLOPs vs FLOPs per byte (SpikingJelly's flop and memory_access
-    counters). With peak_flops (FLOP/s) and bandwidth (byte/s) the ridge point is drawn:
-    layers left of it are memory-bound on that machine, right of it compute-bound."""
+def roofline(results, *, peak_flops: float | None = None, bandwidth: float | None = None, classes=None):
+    """Per leaf module its arithmetic intensity (FLOP per byte, from SpikingJelly's flop and
+    memory_access counters). Given the machine (peak_flops in FLOP/s, bandwidth in byte/s)
+    this is a roofline: the roof min(peak, bandwidth x intensity) is drawn and each layer
+    sits at the performance it can attain on it (y in FLOP/s), memory-bound left of the
+    ridge point, compute-bound right of it. Without the machine there is no roof: y is each
+    layer's work in FLOPs, and the title says so."""
     result = results if hasattr(results, "unsupported") else Analysis.of(results).counts()  # a CounterResult or its source
+    classes = layer_classes(results) if classes is None else classes
     frame = result.frame[result.frame["counter"].isin(["flop", "memory_access"])]
     totals = frame.groupby(["counter", "scope"])["value"].sum().unstack("counter").fillna(0)
     scopes = list(totals.index)
@@ -156,23 +175,32 @@ def roofline(results, *, peak_flops: float | None = None, bandwidth: float | Non
     data = totals.loc[leaves]
     data = data[(data["flop"] > 0) & (data["memory_access"] > 0)]
     intensity = data["flop"] / data["memory_access"]
+    machine = bool(peak_flops and bandwidth)
+    height = np.minimum(peak_flops, bandwidth * intensity) if machine else data["flop"]
     figure, axes = _figure(6.5, 4.5)
-    axes.scatter(intensity, data["flop"], color="#4C72B0")
-    for name, x, y in zip(data.index, intensity, data["flop"]):
-        axes.annotate(name.rsplit(".", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
-    if peak_flops and bandwidth:
-        # the machine balance: left of it a layer is memory-bound, right of it compute-bound
+    axes.scatter(intensity, height, color="#4C72B0", zorder=3)
+    for name, x, y in zip(data.index, intensity, height):
+        label = name.rsplit(".", 1)[-1] + (f" ({classes[name]})" if name in classes else "")
+        axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
+    if machine:
+        # the roof: bandwidth-bound slope up to the ridge, then the compute peak
         ridge = peak_flops / bandwidth
+        low = min(float(intensity.min()) if len(intensity) else ridge, ridge) / 4
+        high = max(float(intensity.max()) if len(intensity) else ridge, ridge) * 4
+        xs = np.array([low, ridge, high])
+        axes.plot(xs, np.minimum(peak_flops, bandwidth * xs), color="#55A868", linewidth=2, label="roof")
         axes.axvline(ridge, color="#C44E52", linestyle="--", label=f"ridge point {ridge:g} FLOP/byte")
-        axes.text(ridge, axes.get_ylim()[1], " compute-bound →", ha="left", va="top", fontsize="small", color="#C44E52")
-        axes.text(ridge, axes.get_ylim()[1], "← memory-bound ", ha="right", va="top", fontsize="small", color="#C44E52")
+        axes.set_yscale("log")
+        axes.set_ylim(min(float(bandwidth * low), float(height.min()) if len(height) else peak_flops) / 3, peak_flops * 3)
+        axes.text(ridge, peak_flops * 2.5, " compute-bound →", ha="left", va="top", fontsize="small", color="#C44E52")
+        axes.text(ridge, peak_flops * 2.5, "← memory-bound ", ha="right", va="top", fontsize="small", color="#C44E52")
         axes.legend(loc="lower right", fontsize="small")
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP / byte)")
-    axes.set_ylabel("FLOPs")
+    axes.set_ylabel("attainable performance (FLOP/s)" if machine else "work (FLOPs)")
     axes.margins(x=0.2, y=0.2)
-    axes.set_title("Roofline point cloud per layer")
+    axes.set_title("Roofline per layer" if machine else "Work and intensity per layer\n(no roof: give peak FLOP/s and bandwidth)")
     return figure
 
 
@@ -212,7 +240,8 @@ def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
     return figure
 
 
-def compare(results_a, results_b, model: str | None = None, preset=None, labels=("A", "B"), **options):
+def compare(results_a, results_b, model: str | None = None, preset=None, labels=("A", "B"), classes=None, **options):
+    classes = layer_classes(results_a) if classes is None else classes
     (a, model), (b, _) = (energy_report(r, model, preset, **options) for r in (results_a, results_b))
     layers = sorted(set(_leaf_modules(a)) | set(_leaf_modules(b)))
     values = np.array([[a.energy_by_module.get(layer, 0.0), b.energy_by_module.get(layer, 0.0)] for layer in layers])
@@ -221,7 +250,7 @@ def compare(results_a, results_b, model: str | None = None, preset=None, labels=
     positions = np.arange(len(layers))
     for column, (label, colour) in enumerate(zip(labels, ("#4C72B0", "#DD8452"))):
         axes.bar(positions + (column - 0.5) * 0.4, values[:, column] / scale, width=0.4, label=label, color=colour)
-    axes.set_xticks(positions, _short(layers), rotation=90)
+    axes.set_xticks(positions, _labels(layers, classes), rotation=90)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel("layer")
     axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]}{_about(model, preset)}")

@@ -62,10 +62,10 @@ def _image(figure, alt: str) -> str:
 
 def _figures(analysis: Analysis, report, counts, model: str, preset) -> list[str]:
     makers = [
-        ("energy per layer", lambda: plots.energy_by_layer(report, model, preset)),
+        ("energy per layer", lambda: plots.energy_by_layer(report, model, preset, classes=plots.layer_classes(analysis))),
         ("energy per stage", lambda: plots.stage_breakdown(report, model, preset)),
         ("spike rate heatmap", lambda: plots.spike_rate_heatmap(analysis)),
-        ("roofline", lambda: plots.roofline(counts)),
+        ("roofline", lambda: plots.roofline(counts, classes=plots.layer_classes(analysis))),
     ]
     out = []
     for name, make in makers:
@@ -74,6 +74,21 @@ def _figures(analysis: Analysis, report, counts, model: str, preset) -> list[str
         except (ValueError, KeyError) as problem:  # e.g. no binary outputs: say so, draw the rest
             out.append(f'<p class="note">{html.escape(name)}: not drawn ({html.escape(str(problem))})</p>')
     return out
+
+
+def _spike_rates(trace) -> tuple[pd.DataFrame, str]:
+    """Per spiking layer its rate, its class and a note when it never fired (a dead layer);
+    and a sentence naming the leaf layers whose outputs are not spikes."""
+    rates = trace.sql("SELECT scope, class_name AS class, stage, calls, ones, elements, round(spike_rate, 4) AS spike_rate "
+                      "FROM layer_spike_rates ORDER BY scope, stage")
+    rates["note"] = rates["ones"].map(lambda ones: "dead: never fired" if ones == 0 else "")
+    leaves = trace.sql("SELECT coalesce(m.tracker_name, m.path) AS scope, any_value(m.class_name) AS class FROM modules m "
+                       "WHERE m.is_leaf AND EXISTS (SELECT 1 FROM module_events e WHERE e.rank = m.rank "
+                       "AND e.module_id = m.module_id AND e.kind = 'forward_post') GROUP BY ALL ORDER BY scope")
+    others = leaves[~leaves["scope"].isin(set(rates["scope"]))]
+    quiet = ("Not spiking (outputs not 0/1): " + ", ".join(f"{s} ({c})" for s, c in zip(others["scope"], others["class"]))
+             if len(others) else "")
+    return rates, quiet
 
 
 def _left_out(report) -> pd.DataFrame:
@@ -121,14 +136,15 @@ def build_report(results, *, model: str | None = None, preset=None, depth: int =
     counts = result.frame.groupby(["scope", "counter"])["value"].sum().unstack("counter").fillna(0).astype("int64")
     counts = counts[[d <= depth for d in counts.index.map(lambda s: 0 if s == "Global" else s.count(".") + 1)]]
     counts = counts.reset_index().map(lambda v: human(v) if isinstance(v, (int,)) or hasattr(v, "dtype") else v)
+    classes = plots.layer_classes(analysis)
+    counts.insert(1, "class", counts["scope"].map(lambda s: classes.get(s, "")))
     unsupported = result.unsupported
     if len(unsupported):  # one row per op: its calls, and which counters lack a rule for it
         unsupported = (unsupported.groupby("op")
                        .agg(calls=("calls", "max"), tensor_bytes=("tensor_bytes", "max"),
                             uncovered_by=("counter", lambda c: ", ".join(sorted(c))))
                        .sort_values("calls", ascending=False).reset_index())
-    rates = trace.sql("SELECT scope, stage, calls, ones, elements, round(spike_rate, 4) AS spike_rate "
-                      "FROM layer_spike_rates ORDER BY scope")
+    rates, quiet = _spike_rates(trace)
     chosen = preset or DEFAULT_PRESETS[model]
     info = pd.DataFrame([
         ("trace", str(trace.path)), ("schema version", summary.get("schema_version")),
@@ -145,7 +161,8 @@ def build_report(results, *, model: str | None = None, preset=None, depth: int =
         "<h2>Plots</h2>", *_figures(analysis, report, result, model, preset),
         f"<h2>Operation counts per module (depth ≤ {depth})</h2>", _table(counts),
         "<h2>Spike rates per layer</h2>", _table(rates) if len(rates) else '<p class="note">no binary layer outputs</p>',
-        "<h2>Coverage: ops no counter rule covers</h2>",
+        f'<p class="note">{html.escape(quiet)}</p>' if quiet else "",
+        "<h2>Coverage: ops of a counter's kind without a rule</h2>",
         _table(unsupported) if len(unsupported) else '<p class="note">every op of the trace is covered</p>',
     ]
     title = f"spiketrace report: {Path(str(trace.path)).name}"
