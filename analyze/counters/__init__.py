@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.counters import ac, flop, mac, memory_access, synop
+from analyze.counters import ac, flop, mac, memory_access, synop, user_rules
 from analyze.counters.engine import COMPAT_MODES, count_events
 from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
@@ -32,7 +32,18 @@ STATEFUL_COUNTERS = {"neuron_state": neuron_state}
 ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS, *STATEFUL_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
-__all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts"]
+__all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts",
+           "load_rules", "register_rule"]
+
+
+def register_rule(op: str, counter: str, rule: str) -> str:
+    """Add a rule (SQL over the op's facts) for `op` to the per-op `counter`; see user_rules.py."""
+    return user_rules.register(op, counter, rule, COUNTERS)
+
+
+def load_rules(path) -> list[tuple[str, str]]:
+    """Register the rules of a TOML file ([counter] tables of "op" = "rule"); see user_rules.py."""
+    return user_rules.load(path, COUNTERS)
 
 
 def _quote(text: str) -> str:

@@ -32,6 +32,7 @@ from analyze.counters.gather import JsonReadError, OpFactsBuilder
 from analyze.counters.partitions import Partition, partitions
 from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.sql import MACROS
+from analyze.counters.user_rules import USER_RULES
 
 COMPAT_MODES = (None, "spikingjelly")
 
@@ -41,6 +42,9 @@ def _sql_string(text: str) -> str:
 
 
 def rules_of(module: ModuleType, compat: str | None) -> dict[str, str]:
+    """The counter's rule table: shipped, SpikingJelly's where compat asks, then the user's
+    (analyze/counters/user_rules.py), which apply in every mode, as SpikingJelly's
+    extra_rules do."""
     rules = dict(module.RULES)
     if compat == "spikingjelly":
         for op, rule in module.SPIKINGJELLY.items():
@@ -48,6 +52,7 @@ def rules_of(module: ModuleType, compat: str | None) -> dict[str, str]:
                 rules.pop(op, None)
             else:
                 rules[op] = rule
+    rules.update(USER_RULES.get(module.__name__.rsplit(".", 1)[-1], {}))
     return rules
 
 
