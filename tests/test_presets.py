@@ -112,3 +112,153 @@ def test_an_unknown_override_blames_the_users_key_and_suggests_the_fix():
     # before: "<path of the shipped TOML>: unknown key 'e_mc_pj' (known: ...)"
     assert message.startswith("override e_mc_pj=3: unknown key 'e_mc_pj'")
     assert "did you mean e_mac_pj" in message and ".toml" not in message
+
+
+# --- strict presets (issue 11): ranges, required keys, choices, strict units, all problems at once ---
+
+NEUROMC = (PRESET_DIR / "neuromc-like-v1.toml").read_text()
+
+
+def problems_of(path_or_call):
+    """The PresetError lines of reading `path_or_call` (a path, or a function to call)."""
+    with pytest.raises(PresetError) as raised:
+        path_or_call() if callable(path_or_call) else read_preset_file(path_or_call)
+    assert str(raised.value) == "\n".join(raised.value.problems)
+    return raised.value.problems
+
+
+def test_every_number_key_of_every_model_has_a_declared_range_and_known_keys():
+    from analyze.energy import MODELS, model_spec
+    from analyze.presets.checks import match
+    from analyze.presets.loader import _is_table
+    from analyze.energy.neuromc.costs import REQUIRED_INSTANCES
+    from analyze.presets.ranges import CHOICES, NEUROMC_INSTANCES, RANGES, REQUIRED, REQUIRED_WHEN
+
+    assert NEUROMC_INSTANCES == REQUIRED_INSTANCES
+    for model in MODELS:
+        units = model_spec(model).PRESET_UNITS
+        numbers = {pattern for pattern, unit in units.items() if unit not in ("str", "bool")}
+        assert numbers == set(RANGES[model]), model  # a range for each number key, none for another
+        for low, high, _ in RANGES[model].values():
+            assert low <= high
+        assert set(CHOICES.get(model, {})) <= {p for p, unit in units.items() if unit == "str"}
+        required = [*REQUIRED[model], *(k for keys in REQUIRED_WHEN.get(model, {}).values() for k in keys)]
+        for key in required:  # a required key is a key (or a table) of the model
+            concrete = key.replace("*", "x")
+            assert match(concrete, units) or _is_table(concrete, units), key
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda t: t.replace("value = 3100", "value = 1e308"), "e_mac_pj = 1e+308 fJ (1e+305 pJ): above the maximum 1e+06 pJ"),
+    (lambda t: t.replace("value = 3100", "value = inf"), "e_mac_pj = inf fJ (inf pJ): not a finite number"),
+    (lambda t: t.replace("value = 3100", "value = nan"), "e_mac_pj = nan fJ (nan pJ): not a finite number"),
+    (lambda t: t.replace("value = 3100", "value = 1" + "0" * 400), "e_mac_pj = an integer of 401 digits"),
+    (lambda t: t.replace('unit = "fJ"', 'unit = "pJ/"'), "e_mac_pj: unknown unit 'pJ/'"),
+    (lambda t: t.replace('unit = "fJ"', 'unit = "f J"'), "e_mac_pj: unknown unit 'f J'"),
+    (lambda t: t.replace("value = 3100", "value = ٣١٠٠"), "not valid TOML"),
+    (lambda t: t.replace("value = 3100", "value = 3100.0, extra = 1"), "e_mac_pj must be { value = ..."),
+    (lambda t: t.split("[parameters]")[0], "missing [parameters] table"),
+    (lambda t: t.replace('e_mac_pj = { value = 3100, unit = "fJ" }', ""), "e_mac_pj: missing (required"),
+    (lambda t: t.replace('description = "test"', "description = 5"), "[preset] description = 5: must be a string"),
+    (lambda t: t.replace('description = "test"', 'colour = "red"'), "[preset] colour: unknown key"),
+    (lambda t: t + "\n" + ".".join(["deep"] * 2000) + " = 1\n", "nested deeper than 8 levels"),
+    (lambda t: t + "\nx = " + "[" * 2000 + "]" * 2000 + "\n", "not valid TOML: nested too deeply"),
+])
+def test_malformed_presets_of_the_fuzzing_report_are_refused(tmp_path, edit, fragment):
+    path = write(tmp_path, edit(GOOD))
+    lines = problems_of(path)
+    assert any(fragment in line for line in lines), lines
+    assert all(line.startswith(str(path)) for line in lines)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("e_mac_pj=1e308", "e_mac_pj = 1e+308 pJ: above the maximum 1e+06 pJ"),
+    ("e_mac_pj=1e400", "e_mac_pj = inf pJ: not a finite number"),
+    ("e_mac_pj=nan", "is not a number in ASCII digits"),
+    ("e_mac_pj=١.٥", "is not a number in ASCII digits"),
+    ("e_mac_pj=1_000", "is not a number in ASCII digits"),
+    ("e_mac_pj=1.5 pJ/", "unknown unit 'pJ/'"),
+    ("e_mac_pj=-2", "an energy cannot be negative"),
+])
+def test_bad_overrides_are_refused_naming_the_override(override, fragment):
+    lines = problems_of(lambda: load_preset("compute-fp32-45nm", [override]))
+    assert len(lines) == 1 and lines[0].startswith(f"override {override}: ") and fragment in lines[0], lines
+
+
+@pytest.mark.parametrize("model_preset, override, fragment", [
+    ("spikesim-rram-64", "xbar_size=1e12", "xbar_size = 1e+12: above the maximum 4096"),
+    ("spikesim-rram-64", "xbar_size=2.5", "xbar_size = 2.5: must be a whole number"),
+    ("spikesim-rram-64", "device=flash", "device = 'flash': must be one of rram, sram"),
+    ("neuromc-like-v1", "technology_nm=-32", "technology_nm = -32.0 nm: below the minimum 1 nm"),
+    ("neuromc-like-v1", "memory_instances.dram.datawidth=0.5", "must be a whole number of bit"),
+    ("neuromc-like-v1", "level_order=dram,sram,reg", "lacks noc"),
+    ("neuromc-like-v1", "level_order=dram,sram,reg,noc,sram", "'sram' listed more than once"),
+    ("neuromc-like-v1", "level_order=dram,sram,reg,cache", "unknown name 'cache'"),
+    ("lemaire-qualia", "qualia.mem_width=1e9", "qualia.mem_width = 1e+09 bit: above the maximum 1024 bit"),
+])
+def test_ranges_whole_numbers_and_choices_per_model(model_preset, override, fragment):
+    lines = problems_of(lambda: load_preset(model_preset, [override]))
+    assert any(fragment in line for line in lines), lines
+
+
+def test_every_problem_is_listed_at_once_one_line_each(tmp_path):
+    text = GOOD.replace("value = 3100", "value = inf").replace('unit = "pJ" }', 'unit = "pJ/" }')
+    text = text.replace("e_memory_pj_per_byte", "e_memory_pj_per_bite")
+    path = write(tmp_path, text)
+    lines = problems_of(path)
+    assert len(lines) == 4, lines  # e_mac_pj inf, e_ac_pj unit, the unknown key, e_memory_pj_per_byte missing
+    assert [k for k in ("e_mac_pj", "e_ac_pj", "e_memory_pj_per_bite", "e_memory_pj_per_byte")
+            if any(f": {k}" in line or f"'{k}'" in line for line in lines)] == [
+        "e_mac_pj", "e_ac_pj", "e_memory_pj_per_bite", "e_memory_pj_per_byte"]
+    several = problems_of(lambda: load_preset("compute-fp32-45nm", ["e_mac_pj=inf", "e_ac_pj=-1", "e_mc_pj=1"]))
+    assert len(several) == 3
+    result = CliRunner().invoke(main, ["presets", "validate", str(path)])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [f"error: {line}" for line in lines]
+
+
+def test_neuromc_needs_its_instances_tables_and_a_permutation_of_levels(tmp_path):
+    empty = NEUROMC.split("[parameters.memory_instances.reg_1b]")[0] + "[parameters.memory_instances]\n"
+    assert problems_of(write(tmp_path, empty)) == [
+        f"{tmp_path / 'preset.toml'}: memory_instances: an empty table (at least one entry is required)"]
+    one_less = NEUROMC.replace("[parameters.memory_instances.dram]", "[parameters.memory_instances.dram_gone]")
+    assert any("memory_instances.dram: missing" in line for line in problems_of(write(tmp_path, one_less)))
+    no_mac = NEUROMC.replace("[parameters.mac_cost_pj]", "[parameters.mac_cost_pj_old]")
+    assert any("mac_cost_pj_old" in line for line in problems_of(write(tmp_path, no_mac)))
+    for order, fragment in (("[]", "lacks dram, sram, reg, noc"), ('["dram", "dram", "sram", "reg", "noc"]', "more than once"),
+                            ('["dram", "sram", "reg", "l3"]', "unknown name 'l3'"), ('"dram"', "must be a list")):
+        text = NEUROMC.replace('level_order = ["dram", "sram", "reg", "noc"]', f"level_order = {order}")
+        assert any(fragment in line for line in problems_of(write(tmp_path, text))), order
+
+
+def test_a_preset_inherits_its_parents_parameters_and_says_so(tmp_path):
+    child = ('[preset]\nname = "mine"\nmodel = "neuromc"\ndescription = "d"\nsource = "s"\n'
+             'inherits = "neuromc-like-v1"\n\n[parameters.mac_cost_pj]\nwg = { value = 700, unit = "fJ" }\n')
+    loaded, parent = read_preset_file(write(tmp_path, child)), load_preset("neuromc-like-v1")
+    assert loaded.flat() == {**parent.flat(), "mac_cost_pj.wg": pytest.approx(0.7)}
+    assert loaded.inherits == "neuromc-like-v1" and loaded.to_json()["inherits"] == "neuromc-like-v1"
+    grandchild = write(tmp_path, child.replace('"neuromc-like-v1"', '"preset.toml"').replace("700", "800"), "grand.toml")
+    assert read_preset_file(grandchild).flat()["mac_cost_pj.wg"] == pytest.approx(0.8)
+    assert read_preset_file(grandchild).flat()["mac_cost_pj.fp_soma"] == parent.flat()["mac_cost_pj.fp_soma"]
+    for parent_name, fragment in (("compute-fp32-45nm", "a compute preset, not neuromc"), ("nope", "not a shipped"),
+                                  ("loop.toml", "a cycle")):
+        path = write(tmp_path, child.replace('"neuromc-like-v1"', f'"{parent_name}"'), "loop.toml")
+        assert any(fragment in line for line in problems_of(path)), parent_name
+
+
+def test_special_files_are_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert problems_of(fifo) == [f"{fifo}: not a regular file"]
+    assert problems_of(tmp_path) == [f"{tmp_path}: not a regular file"]
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    assert problems_of(binary) == [f"{binary}: not UTF-8 text"]
+
+
+def test_strict_units():
+    for unit in ("pJ/", "pJ / bit", " pJ", "pJ/bit/byte", "ｐJ", "p J", ""):
+        with pytest.raises(ValueError, match="unknown unit"):
+            convert(1, unit, "pJ")

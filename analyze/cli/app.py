@@ -18,6 +18,8 @@ from importlib import import_module
 
 import click
 
+from analyze.present.safe_text import NonFiniteError, safe, safe_line
+
 # command -> (module that defines it, its one-line help for `spiketrace --help`; a test checks
 # these lines are the commands' own)
 COMMANDS = {
@@ -49,7 +51,8 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
     from analyze.trace import TraceError
     from schemas.version import SchemaVersionError
 
-    return TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable
+    return (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable,
+            NonFiniteError)
 
 
 def one_line(exc: BaseException) -> str:
@@ -93,27 +96,34 @@ class SpiketraceGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - one line for users; --debug shows the traceback
             if (ctx.obj or {}).get("debug"):
                 raise
-            if isinstance(exc, _reported_errors()):
-                click.echo(f"error: {one_line(exc)}", err=True)
+            if isinstance(exc, _reported_errors()):  # a PresetError: one line per problem
+                for line in getattr(exc, "problems", None) or [one_line(exc)]:
+                    click.echo(f"error: {safe_line(line)}", err=True)
             else:
-                click.echo(f"error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)",
-                           err=True)
+                click.echo(f"error: {type(exc).__name__}: {safe_line(one_line(exc))} "
+                           "(run with --debug for the traceback)", err=True)
             ctx.exit(2)
 
 
 def _table(frame) -> str:
+    """`frame` as aligned text; its strings (trace data) shown `safe`, one line per row."""
+    frame = frame.rename(columns=safe_line)
     if frame.empty:
         return "(no rows)" if frame.columns.empty else "  ".join(frame.columns) + "\n(no rows)"
-    return frame.to_string(index=False)
+    frame = frame.copy()
+    for i in range(frame.shape[1]):
+        if frame.iloc[:, i].dtype.kind not in "biufcmM":  # text (and lists): no newline or escape of its own
+            frame.isetitem(i, frame.iloc[:, i].map(lambda v: safe_line(v) if isinstance(v, str) else v))
+    return safe(frame.to_string(index=False))
 
 
 def _warn(trace) -> None:
     for warning in trace.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {safe_line(warning)}", err=True)
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {safe_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -142,4 +152,4 @@ def warnings_to_stderr():
         warnings.simplefilter("always")
         yield
     for message in dict.fromkeys(str(w.message) for w in caught):
-        click.echo(f"warning: {message}", err=True)
+        click.echo(f"warning: {safe_line(message)}", err=True)

@@ -6,11 +6,10 @@ counts exits 1 when --strict or --min-coverage is not met.
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from analyze.cli.app import _fail, _warn, main, one_line
+from analyze.present.safe_text import json_text
 from analyze.counters import count, load_rules
 from analyze.counters.user_rules import RuleError
 from analyze.present import counts as counts_view
@@ -99,7 +98,7 @@ def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank
                 click.echo(frame.to_csv(index=False), nl=False)
         else:
             if output_format == "json":
-                text = json.dumps(document, indent=1)
+                text = json_text(document, indent=1)
             else:
                 modules = counts_view.module_classes(trace)
                 text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)

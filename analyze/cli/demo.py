@@ -11,6 +11,7 @@ from analyze.cli.app import CommandUnavailable, main, warnings_to_stderr
 from analyze.cli.trace_commands import print_info
 from analyze.energy import DEFAULT_PRESETS, SCOPES
 from analyze.present import counts as counts_view
+from analyze.present.safe_text import safe_line
 from analyze.present.units import format_energy
 from analyze.results import Analysis
 from schemas import layout
@@ -41,7 +42,7 @@ def demo(out: str, output_format: str, force: bool) -> None:
                 report = analysis.energy(model)
             click.echo(f"\n{model} energy ({SCOPES[model].label}, {DEFAULT_PRESETS[model]}): "
                        f"{format_energy(report.energy_total_pj)}; by stage: "
-                       + ", ".join(f"{k} {format_energy(v)}" for k, v in report.energy_by_stage.items()))
+                       + ", ".join(f"{safe_line(k)} {format_energy(v)}" for k, v in report.energy_by_stage.items()))
             click.echo(f"next: spiketrace counts {out} --by op | spiketrace energy {out} --by stage | "
                        f"spiketrace report {out} --out report.html")
 

@@ -7,7 +7,6 @@ keys are the ones `--set` and `recost --sweep` take.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -16,7 +15,8 @@ import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import main, model_option, warnings_to_stderr
+from analyze.cli.app import _table, main, model_option, warnings_to_stderr
+from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
 from analyze.present.energy_table import energy_text, energy_views, total_of
 from analyze.present.units import format_energy
@@ -65,7 +65,7 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
         classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
     scope = energy_models.SCOPES[model].label
     if output_format == "json":
-        click.echo(json.dumps({"model": model, "scope": scope, **report.to_json()}, indent=2, default=str))
+        click.echo(json_text({"model": model, "scope": scope, **report.to_json()}, indent=2, default=str))
         return
     frame = report.to_frame()
     if output_format == "csv":
@@ -78,14 +78,14 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
     elif view not in views:
         raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy ({scope}) under {chosen}: {format_energy(total_of(frame))}"
-               + (f" ({', '.join(overrides)})" if overrides else ""))
+    click.echo(f"{model} energy ({scope}) under {safe_line(chosen)}: {format_energy(total_of(frame))}"
+               + (f" ({safe_line(', '.join(overrides))})" if overrides else ""))
     if view is not None:
         click.echo("\n".join(energy_text(frame, view, model, classes)))
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {safe_line(warning)}", err=True)
 
 
 @main.command()
@@ -131,11 +131,11 @@ def presets():
 def list_command(output_format):
     shipped = list_presets()
     if output_format == "json":
-        click.echo(json.dumps([{"name": p.name, "model": p.model, "description": p.description,
-                                "source": p.source} for p in shipped], indent=2))
+        click.echo(json_text([{"name": p.name, "model": p.model, "description": p.description,
+                               "source": p.source} for p in shipped], indent=2))
         return
     frame = pd.DataFrame([(p.name, p.model, p.description) for p in shipped], columns=["name", "model", "description"])
-    click.echo(frame.to_string(index=False))
+    click.echo(_table(frame))
 
 @presets.command("show")
 @click.argument("name", metavar="NAME|FILE")
@@ -144,11 +144,12 @@ def list_command(output_format):
 def show(name, overrides, output_format):
     preset = load_preset(name, overrides)
     if output_format == "json":
-        click.echo(json.dumps(preset.to_json(), indent=2))
+        click.echo(json_text(preset.to_json(), indent=2))
         return
-    click.echo(f"{preset.name} ({preset.model}): {preset.description}\nsource: {preset.source}")
+    click.echo(f"{safe_line(preset.name)} ({preset.model}): {safe_line(preset.description)}\n"
+               f"source: {safe_line(preset.source)}")
     for key, value in preset.flat().items():
-        click.echo(f"  {key} = {value} {preset.units.get(key, '')}".rstrip())
+        click.echo(safe_line(f"  {key} = {value} {preset.units.get(key, '')}".rstrip()))
 
 @presets.command("import-zigzag")
 @click.argument("hardware", type=click.Path())
@@ -171,11 +172,11 @@ def import_zigzag(hardware, base, pairs, out):
     preset = preset_from_zigzag(hardware, base, mapping or None)
     Path(out).write_text(preset_toml(preset))
     read_preset_file(out)  # what we wrote loads back
-    click.echo(f"wrote {out}: {preset.name} ({len(preset.overrides)} parameters from {hardware})")
+    click.echo(safe_line(f"wrote {out}: {preset.name} ({len(preset.overrides)} parameters from {hardware})"))
 
 @presets.command("validate")
 @click.argument("path", type=click.Path())
 def validate(path):
     """Check a preset file: its keys, units and values for its model."""
     preset = read_preset_file(path)
-    click.echo(f"{path}: ok ({preset.model} preset {preset.name!r}, {len(preset.flat())} parameters)")
+    click.echo(safe_line(f"{path}: ok ({preset.model} preset {preset.name!r}, {len(preset.flat())} parameters)"))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from analyze.cli.app import main, model_option, warnings_to_stderr
 from analyze.present.diff import ConditionError, diff_traces
+from analyze.present.safe_text import json_text, safe_line
 from analyze.present.units import format_metric
 from analyze.results import Analysis
 
@@ -38,17 +38,17 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
     try:
         failed = result.failures(conditions)
     except ConditionError as problem:
-        click.echo(f"error: {problem}", err=True)
+        click.echo(f"error: {safe_line(problem)}", err=True)
         sys.exit(2)
     if output_format == "json":
         document = result.to_json()
         document["failed_conditions"] = failed
-        click.echo(json.dumps(document, indent=2))
+        click.echo(json_text(document, indent=2))
     else:
         same = "same model" if result.same_model else f"model changed in {len(result.changed_modules())} module(s)"
-        click.echo(f"A: {result.a}\nB: {result.b}\n{same}")
+        click.echo(f"A: {safe_line(result.a)}\nB: {safe_line(result.b)}\n{same}")
         for path, (x, y) in list(result.changed_modules().items())[:top]:
-            click.echo(f"  {path}: {x or '-'} -> {y or '-'}")
+            click.echo(safe_line(f"  {path}: {x or '-'} -> {y or '-'}"))
         frame = result.metrics
         totals = frame[frame["scope"] == "Global"]
         click.echo("\ntotals")
@@ -61,9 +61,9 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
         click.echo(f"\nlargest per-module changes ({len(changed)} shown)")
         for row in changed.itertuples():
             a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
-            click.echo(f"  {row.metric:<20} {row.scope:<32} {a:>14} -> {b:<14} {_change(row.relative)}")
+            click.echo(f"  {row.metric:<20} {safe_line(row.scope):<32} {a:>14} -> {b:<14} {_change(row.relative)}")
         for sentence in failed:
-            click.echo(f"FAIL: {sentence}", err=True)
+            click.echo(f"FAIL: {safe_line(sentence)}", err=True)
     if failed:
         sys.exit(1)
 

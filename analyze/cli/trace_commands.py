@@ -2,18 +2,30 @@
 
 `info --format json` prints one object: {"trace": Trace.summary(), "ops": [{"op", "count"}],
 "stages": [rows of the stages view], "modules": [...]}. `sql --format json` prints a list of
-row objects.
+row objects. JSON output never holds NaN or Infinity (analyze/present/safe_text.py: exit 2).
+
+`sql` spills into a temp directory of its own process, capped by --max-temp-size and removed
+on exit; one a killed run left behind is removed by the next `sql`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import os
+import re
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+from pathlib import Path
 
 import click
 
 from analyze.cli.app import CommandUnavailable, _table, _warn, main, model_option, warnings_to_stderr
+from analyze.present.safe_text import json_text, safe_line
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
 from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 
@@ -26,7 +38,7 @@ def _time(epoch) -> str | None:
 
 def _fields(mapping: dict) -> str:
     width = max(map(len, mapping))
-    return "\n".join(f"{key:<{width}}  {value}" for key, value in mapping.items())
+    return "\n".join(f"{safe_line(key):<{width}}  {safe_line(value)}" for key, value in mapping.items())
 
 
 def _rows(trace: Trace, query: str) -> list[dict]:
@@ -42,7 +54,7 @@ def print_info(trace: Trace, output_format: str) -> None:
             "stages": _rows(trace, STAGES_QUERY),
             "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
         }
-        click.echo(json.dumps(document, indent=1, default=str))
+        click.echo(json_text(document, indent=1, default=str))
         return
     facts = {key: summary[key] for key in ("path", "status", "schema_version", "device", "ranks", "world_size")}
     if summary["status"] == "mixed":
@@ -56,7 +68,7 @@ def print_info(trace: Trace, output_format: str) -> None:
     }
     click.echo(_fields(facts))
     for warning in summary["warnings"]:
-        click.echo(f"warning: {warning}")
+        click.echo(f"warning: {safe_line(warning)}")
     click.echo("\ncounts:")
     click.echo(_fields(summary["counts"]))
     click.echo("\nops:")
@@ -78,8 +90,9 @@ def info(trace_path: str, output_format: str) -> None:
         print_info(trace, output_format)
 
 
-def _shell(trace_path: str) -> None:
-    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL)."""
+def _shell(trace_path: str, max_temp_size: str = "2GB") -> None:
+    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL),
+    its spilling capped at `max_temp_size`."""
     import os
     import shutil
     import tempfile
@@ -100,6 +113,7 @@ def _shell(trace_path: str) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="spiketrace-", delete=False) as script:
         for (statement,) in tables + views:
             script.write(statement.rstrip().rstrip(";") + ";\n")
+        script.write(f"SET max_temp_directory_size = '{max_temp_size}';\n")
         script.write(".print 'spiketrace: views of the trace are defined; try  SELECT * FROM module_ops LIMIT 10;'\n")
     os.execv(binary, [binary, "-init", script.name])
 
@@ -122,27 +136,73 @@ def views() -> None:
         click.echo(f"{name:<{width}}  {summary}")
 
 
+TEMP_PREFIX = "spiketrace-sql-"  # + pid + "-" + random: one folder per process
+_SIZE = re.compile(r"\d+(\.\d+)?\s?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.ASCII)
+
+
+def _size(ctx, param, value: str) -> str:
+    if not _SIZE.fullmatch(value.strip()):
+        raise click.BadParameter(f"{value!r} is not a size such as 500MB or 2GB")
+    return value.strip()
+
+
+def _remove_orphans(root: Path) -> None:
+    """Temp folders of this user's `sql` runs whose process is gone (killed): removed."""
+    for folder in root.glob(f"{TEMP_PREFIX}*-*"):
+        pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
+        try:
+            status = folder.lstat()
+            if not pid.isdigit() or status.st_uid != os.getuid() or not folder.is_dir() or folder.is_symlink():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
+@contextlib.contextmanager
+def _scratch():
+    """A temp folder of this process's own, removed on exit (SIGTERM too: it becomes an exit)."""
+    _remove_orphans(Path(tempfile.gettempdir()))
+    folder = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number)) if main_thread else None
+    try:
+        yield folder
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("query", required=False)
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 @model_option("Energy model of the `energy` table")
 @click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
-def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None) -> None:
+@click.option("--max-temp-size", default="2GB", show_default=True, callback=_size, metavar="SIZE",
+              help="Most disk a query may spill to (DuckDB max_temp_directory_size), e.g. 500MB.")
+def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None,
+        max_temp_size: str) -> None:
     """Run a DuckDB query over TRACE's views (no query: open the shell).
 
     Example: spiketrace sql runs/step "SELECT op, count(*) FROM events GROUP BY op" --format csv"""
     if query is None:
-        _shell(trace_path)
+        _shell(trace_path, max_temp_size)
         return
-    with open_trace(trace_path) as trace:
+    with _scratch() as folder, open_trace(trace_path) as trace:
+        trace.con.execute(f"SET temp_directory = '{folder.replace(chr(39), chr(39) * 2)}'")
+        trace.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
         from analyze.present.sql_tables import ensure_for_query
 
         with warnings_to_stderr():  # `counts`, `energy` and its views, computed when named
             ensure_for_query(trace, query, model=model, preset=preset)
         _warn(trace)
         if output_format == "json":
-            click.echo(json.dumps(trace.arrow(query).to_pylist(), indent=1, default=str))
+            click.echo(json_text(trace.arrow(query).to_pylist(), indent=1, default=str,
+                                 hint="use --format csv, or isnan() in the query"))
         elif output_format == "csv":
             click.echo(trace.sql(query).to_csv(index=False), nl=False)
         else:
@@ -159,10 +219,10 @@ def validate(trace_path: str) -> None:
         _warn(trace)
         problems = trace.validate()
         for problem in problems:
-            click.echo(problem)
+            click.echo(safe_line(problem))
         if problems:
             sys.exit(1)
         counts = ", ".join(f"{trace.count(table)} {table}" for table in trace.parts)
-        click.echo(f"OK: {trace.path} (ranks {trace.ranks}; {counts})")
+        click.echo(f"OK: {safe_line(trace.path)} (ranks {trace.ranks}; {counts})")
 
 

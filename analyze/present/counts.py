@@ -45,6 +45,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from analyze.counters.result import CounterResult
+from analyze.present.safe_text import safe, safe_line
 
 VIEWS = ("scope", "op", "stage", "module-type")
 UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
@@ -193,11 +194,13 @@ def coverage_problem(fractions: Mapping[str, float], minimum: float) -> str | No
 
 
 def _grid(header: list[str], rows: list[list[str]], indent: str = "") -> list[str]:
-    """Aligned lines: the first column left-aligned, the others right-aligned."""
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    """Aligned lines: the first column left-aligned, the others right-aligned; cells shown `safe`
+    (a scope or op name from the trace may hold escape sequences)."""
+    header, rows = [safe_line(c) for c in header], [[safe_line(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = []
     for row in [header, *rows]:
-        cells = [str(row[0]).ljust(widths[0])] + [str(c).rjust(w) for c, w in zip(row[1:], widths[1:])]
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
 
@@ -366,4 +369,4 @@ def table_text(
         lines = _by_module_type(result, names, modules)
     else:
         raise ValueError(f"unknown table {by!r}; choose from {VIEWS}")
-    return "\n".join(lines + [""] + coverage_text(result, names, coverage, top))
+    return safe("\n".join(lines + [""] + coverage_text(result, names, coverage, top)))

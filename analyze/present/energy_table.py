@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyze.energy.scopes import COMPONENT_PARENTS
+from analyze.present.safe_text import safe_line
 from analyze.present.units import format_energy
 
 TOTAL_KEYS = ("energy_total_pj", "total_pj")
@@ -71,7 +72,8 @@ def energy_text(frame: pd.DataFrame, view: str, model: str, classes=None) -> lis
     `classes`: scope -> class name, shown beside each module (`Net.0 (Linear)`)."""
     rows = energy_rows(frame, view, model)
     classes = classes or {}
-    labels = ["  " * depth + _label(key, view) + (f" ({classes[key]})" if view == "module" and key in classes else "")
+    labels = ["  " * depth + safe_line(_label(key, view))
+              + (f" ({safe_line(classes[key])})" if view == "module" and key in classes else "")
               for key, depth, _, _ in rows]
     energies = [format_energy(pj) for _, _, pj, _ in rows]
     shares = ["-" if share is None else f"{100 * share:.1f}%" for *_, share in rows]

@@ -36,8 +36,17 @@ COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_
                      "neuron_state_memory_pj": "#8172B2", "total_pj": "#937860"}
 
 
+class PlotFigure(Figure):
+    """A Figure that shows itself in Jupyter (as PNG) without pyplot or an inline backend."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
+
+
 def _figure(width: float, height: float) -> tuple[Figure, object]:
-    figure = Figure(figsize=(width, height), layout="constrained")
+    figure = PlotFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)  # this figure's own raster canvas; the global backend is left alone
     return figure, figure.subplots()
 

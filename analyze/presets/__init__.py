@@ -1,6 +1,9 @@
-"""Hardware presets: the shipped TOML files (data) beside their loader (loader.py) and units
-(units.py). Loading needs the energy models' key schemas: use analyze.energy.load_preset,
-list_presets and read_preset_file, which bind the model registry."""
+"""Hardware presets: the shipped TOML files (data) beside their loader (loader.py), units
+(units.py), the declared ranges, choices and required keys of each model (ranges.py, data),
+the checks that apply them (checks.py), the safe reading of a file (files.py) and the
+parsing of `--set` overrides (overrides.py). Loading
+needs the energy models' key schemas: use analyze.energy.load_preset, list_presets and
+read_preset_file, which bind the model registry."""
 
 from analyze.presets.loader import PRESET_DIR, Preset, PresetError, shipped_presets
 from analyze.presets.units import convert

@@ -1,11 +1,19 @@
 """Hardware presets: TOML data files with units and sources, validated against a model's keys.
 
-A preset file has a `[preset]` table (name, model, description, source) and a
-`[parameters]` tree whose numbers are `{ value = 2.5, unit = "pJ/bit" }`. Loading converts
-every number to the unit the model declares for that key (`PRESET_UNITS` in the model's
-module, fnmatch patterns allowed), so `fJ`, `nJ`, per-byte and per-bit energies, KiB and
-bits all work; then the model's `Costs.from_values` turns the tree into its cost object.
-Shipped presets live in analyze/presets/; `derive` applies `--set key=value` overrides.
+A preset file has a `[preset]` table (name, model, description, source; optionally
+`inherits`) and a `[parameters]` tree whose numbers are `{ value = 2.5, unit = "pJ/bit" }`.
+Loading converts every number to the unit the model declares for that key (`PRESET_UNITS` in
+the model's module, fnmatch patterns allowed), so `fJ`, `nJ`, per-byte and per-bit energies,
+KiB and bits all work; then checks it against the model's declared ranges, choices and
+required keys (ranges.py, checks.py); then the model's `Costs.from_values` turns the tree
+into its cost object. Shipped presets live in analyze/presets/; `derive` applies `--set
+key=value` overrides, checked the same way.
+
+Nothing is filled in silently: a preset gives every key its model requires, or says
+`inherits = "neuromc-like-v1"` (a shipped name, or a TOML path relative to the file) in
+[preset], and the parent's parameters are merged under its own (its values win, table by
+table). Every problem found is reported at once: a PresetError holds one line per problem,
+each naming the file (or the override) and the key.
 
 Which models exist is the energy package's business, not this one's: every loader takes
 `models`, a function from a model name to its module (PRESET_UNITS, Costs,
@@ -16,22 +24,24 @@ the models that import them.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import fnmatch
-import json
-import math
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from analyze.presets.units import NON_NUMBERS, convert, dimension
+from analyze.presets.checks import (PresetError, brief, match, number_problems, plain_value_problems,
+                                    required_problems, shown, too_deep)
+from analyze.presets.files import read_document
+from analyze.presets.overrides import override_value, parse_assignments, shown_raw
+from analyze.presets.units import NON_NUMBERS, convert
 
 PRESET_DIR = Path(__file__).resolve().parent
 ModelLookup = Callable[[str], Any]  # model name -> its module; raises PresetError when unknown
-
-class PresetError(ValueError):
-    """A preset file or override is malformed: the message names the file, the key and the problem."""
+MAX_INHERITANCE = 8
+HEAD_KEYS = ("name", "model", "description", "source")
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,7 @@ class Preset:
     path: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     spec: Any = field(default=None, compare=False, repr=False)  # the model's module (units, Costs)
+    inherits: str | None = None  # the parent preset named in [preset], whose parameters are merged in
 
     def flat(self) -> dict[str, Any]:
         """Dotted key -> value, the keys `--set` and `recost(sweep=...)` take."""
@@ -59,22 +70,40 @@ class Preset:
     def to_json(self) -> dict:
         return {
             "name": self.name, "model": self.model, "description": self.description, "source": self.source,
-            "path": str(self.path) if self.path else None, "overrides": self.overrides,
+            "path": str(self.path) if self.path else None, "inherits": self.inherits, "overrides": self.overrides,
             "parameters": {k: {"value": v, "unit": self.units.get(k)} for k, v in self.flat().items()},
         }
 
     def derive(self, assignments: Mapping[str, Any] | list[str] | tuple[str, ...]) -> "Preset":
         """A copy with `assignments` applied: {"memory.sram.r_cost": 2.5} or ["memory.sram.r_cost=2.5"]
-        (a value may carry a unit: "2.5 fJ/bit")."""
-        pairs = _parse_assignments(assignments, self._where())
-        parameters = json.loads(json.dumps(self.parameters))
+        (a value may carry a unit: "2.5 fJ/bit"). Every bad assignment is reported at once."""
+        pairs = parse_assignments(assignments, self._where())
+        parameters = copy.deepcopy(self.parameters)
         units = dict(self.units)
         schema = dict(self.spec.PRESET_UNITS)
+        problems: list[str] = []
+        known = self.flat()
         for key, raw in pairs.items():
-            unit = _unit_for(key, schema, f"override {key}={raw}", self.flat())
-            value = _override_value(raw, unit, key, self._where(), self.spec)
-            _assign(parameters, key, value)
+            label = f"override {key}={shown_raw(raw)}"
+            try:
+                unit = _unit_for(key, schema, label, known)
+            except PresetError as problem:
+                problems += problem.problems
+                continue
+            value, found = override_value(raw, unit, key, self.model, self.spec)
+            if found:
+                problems += [f"{label}: {line}" for line in found]
+                continue
+            try:
+                _assign(parameters, key, value)
+            except PresetError as problem:
+                problems.append(f"{label}: {problem}")
+                continue
             units[key] = unit
+        if not problems:
+            problems = [f"{self._where()} with overrides: {line}" for line in required_problems(self.model, parameters)]
+        if problems:
+            raise PresetError(problems)
         derived = replace(self, parameters=parameters, units=units, overrides={**self.overrides, **pairs})
         derived.costs()  # validate now, naming the key
         return derived
@@ -101,12 +130,21 @@ def _assign(tree: dict, dotted: str, value) -> None:
     tree[last] = value
 
 
+def _is_table(key: str, schema: Mapping[str, str]) -> bool:
+    """Whether the schema has keys below `key` (memory_instances.reg_1b for memory_instances.*.r_cost)."""
+    parts = key.split(".")
+    return any(len(pattern) > len(parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern))
+               for pattern in (p.split(".") for p in schema))
+
+
 def _unit_for(key: str, schema: Mapping[str, str], where: str, known: Mapping[str, Any] | None = None) -> str:
     """The unit of `key` by the model's schema; else an error naming `where` (the file, or the
     user's override) with the closest keys, so a typo is one glance from its fix."""
-    for pattern, unit in schema.items():
-        if fnmatch.fnmatchcase(key, pattern):
-            return unit
+    pattern = match(key, schema)
+    if pattern is not None:
+        return schema[pattern]
+    if _is_table(key, schema):
+        raise PresetError(f"{where}: {key} must be a table, not a value")
     candidates = sorted(known) if known else sorted(schema)
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else f"known keys: {', '.join(candidates[:12])}" + (
@@ -114,58 +152,66 @@ def _unit_for(key: str, schema: Mapping[str, str], where: str, known: Mapping[st
     raise PresetError(f"{where}: unknown key {key!r}; {hint}")
 
 
-def _zero_allowed(key: str, spec) -> bool:
-    """A model may list keys (fnmatch patterns) whose size can be 0, e.g. a breakpoint at 0 bytes."""
-    patterns = getattr(spec, "PRESET_ZERO_ALLOWED", ()) if spec is not None else ()
-    return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+def _unknown(key: str, schema: Mapping[str, str], where: str) -> list[str]:
+    try:
+        _unit_for(key, schema, where)
+    except PresetError as problem:
+        return problem.problems
+    return []
 
 
-def _check_number(key: str, value: float, unit: str, where: str, spec=None) -> None:
-    if not math.isfinite(value):
-        raise PresetError(f"{where}: {key} = {value} is not finite")
-    kind = dimension(unit)[0] if unit not in NON_NUMBERS else ""
-    if kind.startswith("energy") and value < 0:
-        raise PresetError(f"{where}: {key} = {value} {unit}: an energy cannot be negative")
-    if kind in ("size", "size/cycle", "size/time", "frequency") and value == 0 and _zero_allowed(key, spec):
-        return
-    if kind in ("size", "size/cycle", "size/time", "frequency") and value <= 0:
-        raise PresetError(f"{where}: {key} = {value} {unit}: a size, bandwidth or frequency must be positive")
-    if value < 0 and kind in ("area", "time", "time/cycle"):
-        raise PresetError(f"{where}: {key} = {value} {unit} cannot be negative")
+def _leaf(dotted: str, item: Mapping, unit: str, model: str, spec) -> tuple[Any, list[str]]:
+    """A `{ value, unit }` leaf as (the number in the model's `unit`, its problems)."""
+    extra = set(item) - {"value", "unit"}
+    if extra or "unit" not in item:
+        return None, [f"{dotted} must be {{ value = ..., unit = \"{unit}\" }}, got keys {sorted(map(str, item))}"]
+    value, given = item["value"], item["unit"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, [f"{dotted} value {brief(value)} is not a number"]
+    if not isinstance(given, str):
+        return None, [f"{dotted}: unit {brief(given)} is not a string"]
+    try:
+        number = convert(float(value), given, unit)
+    except OverflowError:  # an integer beyond a float's range
+        return None, [f"{dotted} = an integer of {int(value.bit_length() * 0.30103) + 1} digits: not a finite number"]
+    except ValueError as problem:
+        return None, [f"{dotted}: {problem}"]
+    label = f"{dotted} = {shown(value, given)}" + (f" ({shown(number, unit)})" if given != unit else "")
+    found = number_problems(dotted, number, unit, model, spec, label)
+    if found:
+        return None, found
+    return (int(number) if isinstance(value, int) and unit == given else number), []
 
 
-def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, prefix: str = "",
-               spec=None) -> tuple[dict, dict]:
-    """Strip {value, unit} leaves to numbers in the schema's units; returns (tree, units)."""
-    out, units = {}, {}
+def _normalise(tree: Mapping, schema: Mapping[str, str], where: str, model: str, spec,
+               prefix: str = "") -> tuple[dict, dict, list[str]]:
+    """Strip {value, unit} leaves to numbers in the schema's units; (tree, units, problems)."""
+    out, units, problems = {}, {}, []
     for key, item in tree.items():
         dotted = f"{prefix}{key}"
-        if isinstance(item, Mapping) and "value" not in item:
-            out[key], sub_units = _normalise(item, schema, where, dotted + ".", spec)
+        pattern = match(dotted, schema)
+        if isinstance(item, Mapping) and "value" not in item and pattern is None:
+            if not _is_table(dotted, schema):
+                problems += _unknown(dotted, schema, where)
+                continue
+            out[key], sub_units, found = _normalise(item, schema, where, model, spec, dotted + ".")
             units.update(sub_units)
+            problems += found
             continue
-        unit = _unit_for(dotted, schema, where)
-        if isinstance(item, Mapping):
-            extra = set(item) - {"value", "unit"}
-            if extra or "unit" not in item:
-                raise PresetError(f"{where}: {dotted} must be {{ value = ..., unit = \"{unit}\" }}, got keys {sorted(item)}")
-            value, given = item["value"], item["unit"]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise PresetError(f"{where}: {dotted} value {value!r} is not a number")
-            try:
-                number = convert(float(value), str(given), unit)
-            except ValueError as problem:
-                raise PresetError(f"{where}: {dotted}: {problem}") from None
-            _check_number(dotted, number, unit, where, spec)
-            out[key] = int(number) if isinstance(value, int) and number == int(number) and unit == given else number
-        elif unit in NON_NUMBERS:
-            if unit == "bool" and not isinstance(item, bool):
-                raise PresetError(f"{where}: {dotted} must be true or false, got {item!r}")
-            out[key] = item
+        if pattern is None:
+            problems += _unknown(dotted, schema, where)
+            continue
+        unit = schema[pattern]
+        if unit in NON_NUMBERS:
+            value, found = item, plain_value_problems(dotted, item, unit, model)
+        elif isinstance(item, Mapping):
+            value, found = _leaf(dotted, item, unit, model, spec)
         else:
-            raise PresetError(f"{where}: {dotted} = {item!r} needs its unit: {{ value = {item!r}, unit = \"{unit}\" }}")
-        units[dotted] = unit
-    return out, units
+            value, found = None, [f"{dotted} = {brief(item)} needs its unit: {{ value = {brief(item)}, unit = \"{unit}\" }}"]
+        problems += [f"{where}: {line}" for line in found]
+        if not found:
+            out[key], units[dotted] = value, unit
+    return out, units, problems
 
 
 def _model_costs(spec, parameters: Mapping, where: str):
@@ -173,40 +219,107 @@ def _model_costs(spec, parameters: Mapping, where: str):
         return spec.Costs.from_values(parameters)
     except PresetError:
         raise
-    except (ValueError, TypeError) as problem:
+    except (ValueError, TypeError, KeyError, ArithmeticError) as problem:
         raise PresetError(f"{where}: {problem}") from None
+
+
+def _head(document: Mapping, where: str) -> tuple[dict, list[str]]:
+    """The [preset] table's fields and the problems of the document's top level."""
+    problems = [f"{where}: unknown top-level table(s) {sorted(map(str, extra))}; expected [preset] and [parameters]"
+                for extra in [set(document) - {"preset", "parameters"}] if extra]
+    head = document.get("preset")
+    if not isinstance(head, Mapping):
+        return {}, problems + [f"{where}: missing [preset] table (name, model, description, source)"]
+    missing = [k for k in HEAD_KEYS if k not in head or head[k] == ""]
+    if missing:
+        problems.append(f"{where}: [preset] lacks {', '.join(missing)}")
+    for key in sorted(set(head) - {*HEAD_KEYS, "inherits"}, key=str):
+        problems.append(f"{where}: [preset] {key}: unknown key (known: {', '.join(HEAD_KEYS)}, inherits)")
+    for key in (*HEAD_KEYS, "inherits"):
+        if key in head and not isinstance(head[key], str):
+            problems.append(f"{where}: [preset] {key} = {brief(head[key])}: must be a string")
+    if "parameters" not in document and "inherits" not in head:
+        problems.append(f"{where}: missing [parameters] table (or inherits = \"PRESET\" in [preset])")
+    elif not isinstance(document.get("parameters", {}), Mapping):
+        problems.append(f"{where}: parameters must be a table, got {brief(document['parameters'])}")
+    return dict(head), problems
+
+
+def _merge(base: Mapping, top: Mapping) -> dict:
+    """`top` over `base`, table by table ({value, unit} leaves and other values replace)."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and "value" not in value and isinstance(below, Mapping) and "value" not in below:
+            merged[key] = _merge(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _parent_parameters(name: str, model: str, where: str, path: Path | None, models: ModelLookup,
+                       chain: tuple[Path, ...]) -> tuple[Mapping, list[str]]:
+    """The raw (unit-carrying) parameters of the parent `name`, its own parents merged in."""
+    shipped = shipped_presets()
+    parent = shipped.get(name) or ((path.parent if path else Path.cwd()) / name)
+    if name not in shipped and parent.suffix != ".toml":
+        return {}, [f"{where}: [preset] inherits = {brief(name)}: not a shipped preset ({', '.join(shipped)}) "
+                    "nor a .toml file"]
+    parent = parent.resolve()
+    if parent in chain:
+        return {}, [f"{where}: [preset] inherits = {brief(name)}: a cycle ({' -> '.join(p.name for p in (*chain, parent))})"]
+    if len(chain) > MAX_INHERITANCE:
+        return {}, [f"{where}: [preset] inherits = {brief(name)}: more than {MAX_INHERITANCE} levels of inheritance"]
+    loaded, raw = _read(parent, models, (*chain, parent))
+    if loaded.model != model:
+        return {}, [f"{where}: [preset] inherits = {brief(name)}: a {loaded.model} preset, not {model}"]
+    return raw, []
+
+
+def _parse(document: Mapping, where: str, path: Path | None, models: ModelLookup,
+           chain: tuple[Path, ...]) -> tuple[Preset, Mapping]:
+    """The Preset of `document`, and its raw parameters with the inherited ones merged in."""
+    deep = [line for key, value in document.items()  # keys named as elsewhere: [parameters]' own bare
+            for line in too_deep(value, where, "" if key == "parameters" else str(key))]
+    if deep:  # before anything shows a value
+        raise PresetError(deep)
+    head, problems = _head(document, where)
+    spec = None
+    if isinstance(head.get("model"), str) and head["model"]:
+        try:
+            spec = models(head["model"])
+        except PresetError as problem:
+            problems.append(f"{where}: {problem}")
+    raw = document.get("parameters", {})
+    if problems or spec is None:
+        raise PresetError(problems)
+    model, inherits = head["model"], head.get("inherits")
+    if inherits:
+        inherited, found = _parent_parameters(inherits, model, where, path, models, chain)
+        if found:
+            raise PresetError(found)
+        raw = _merge(inherited, raw)
+    parameters, units, problems = _normalise(raw, dict(spec.PRESET_UNITS), where, model, spec)
+    problems += [f"{where}: {line}" for line in required_problems(model, raw)]  # present, if malformed
+    if problems:
+        raise PresetError(problems)
+    preset = Preset(head["name"], model, head["description"], head["source"], parameters, units, path, spec=spec,
+                    inherits=inherits)
+    preset.costs()
+    return preset, raw
 
 
 def parse_preset(document: Mapping, where: str, path: Path | None = None, *, models: ModelLookup) -> Preset:
-    head = document.get("preset")
-    if not isinstance(head, Mapping):
-        raise PresetError(f"{where}: missing [preset] table (name, model, description, source)")
-    missing = [k for k in ("name", "model", "source") if not head.get(k)]
-    if missing:
-        raise PresetError(f"{where}: [preset] lacks {', '.join(missing)}")
-    extra = set(document) - {"preset", "parameters"}
-    if extra:
-        raise PresetError(f"{where}: unknown top-level table(s) {sorted(extra)}; expected [preset] and [parameters]")
-    try:
-        spec = models(str(head["model"]))
-    except PresetError as problem:
-        raise PresetError(f"{where}: {problem}") from None
-    parameters, units = _normalise(document.get("parameters", {}), dict(spec.PRESET_UNITS), where, spec=spec)
-    preset = Preset(str(head["name"]), str(head["model"]), str(head.get("description", "")), str(head["source"]),
-                    parameters, units, path, spec=spec)
-    preset.costs()
-    return preset
+    return _parse(document, where, path, models, (path.resolve(),) if path else ())[0]
+
+
+def _read(path: Path, models: ModelLookup, chain: tuple[Path, ...]) -> tuple[Preset, Mapping]:
+    return _parse(read_document(path), str(path), path, models, chain)
 
 
 def read_preset_file(path: str | Path, *, models: ModelLookup) -> Preset:
     path = Path(path)
-    try:
-        document = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise PresetError(f"{path}: no such preset file") from None
-    except tomllib.TOMLDecodeError as problem:
-        raise PresetError(f"{path}: not valid TOML: {problem}") from None
-    return parse_preset(document, str(path), path, models=models)
+    return _read(path, models, (path.resolve(),))[0]
 
 
 def shipped_presets() -> dict[str, Path]:
@@ -230,42 +343,3 @@ def load_preset(preset: str | Path | Preset, overrides=(), *, models: ModelLooku
 
 def list_presets(*, models: ModelLookup) -> list[Preset]:
     return [read_preset_file(path, models=models) for path in shipped_presets().values()]
-
-
-def _parse_assignments(assignments, where: str) -> dict[str, Any]:
-    if isinstance(assignments, Mapping):
-        return dict(assignments)
-    pairs = {}
-    for text in assignments:
-        key, sep, value = str(text).partition("=")
-        if not sep or not key.strip():
-            raise PresetError(f"{where}: override {text!r} is not KEY=VALUE")
-        pairs[key.strip()] = value.strip()
-    return pairs
-
-
-def _override_value(raw, unit: str, key: str, where: str, spec=None):
-    if unit in NON_NUMBERS:
-        if unit == "bool":
-            if isinstance(raw, bool):
-                return raw
-            if str(raw).lower() in ("true", "false"):
-                return str(raw).lower() == "true"
-            raise PresetError(f"{where}: {key} must be true or false, got {raw!r}")
-        return str(raw)
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        number, given = float(raw), unit
-    else:
-        text = str(raw).strip()
-        number_text, _, given = text.partition(" ")
-        try:
-            number = float(number_text)
-        except ValueError:
-            raise PresetError(f"{where}: {key} = {raw!r} is not a number (unit {unit})") from None
-        given = given.strip() or unit
-    try:
-        value = convert(number, given, unit)
-    except ValueError as problem:
-        raise PresetError(f"{where}: {key}: {problem}") from None
-    _check_number(key, value, unit, where, spec)
-    return value
