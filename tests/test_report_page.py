@@ -16,9 +16,7 @@ import torch
 from spikingjelly.activation_based import neuron
 from torch import nn
 
-import analyze.counters
 from analyze import Analysis
-from analyze.energy import neuromc
 from analyze.present.report import build_report, findings, page, write_report
 from capture import Recorder, record_training_step
 
@@ -120,20 +118,8 @@ def test_each_finding_by_hand():
     assert shown["per step"] == "energy from 100.000 pJ (step 0) to 150.000 pJ (step 1) (50.0% more)"
 
 
-def test_per_step_and_per_rank_views_from_one_run_of_the_counters(multi, monkeypatch):
-    seen = {"neuromc": 0, "counters": 0}
-    mapping, counting = neuromc.activity, analyze.counters.count_events
-
-    def counted_mapping(*args, **kwargs):
-        seen["neuromc"] += 1
-        return mapping(*args, **kwargs)
-
-    def counted_counting(*args, **kwargs):
-        seen["counters"] += 1
-        return counting(*args, **kwargs)
-
-    monkeypatch.setattr(neuromc, "activity", counted_mapping)
-    monkeypatch.setattr(analyze.counters, "count_events", counted_counting)
+def test_per_step_and_per_rank_views_from_one_run_of_the_counters(multi, engine_calls):
+    seen = engine_calls
     with Analysis(multi) as analysis:
         context = page(analysis, model="neuromc")
         report = analysis.energy("neuromc")

@@ -8,9 +8,8 @@ import torch
 from torch import nn
 
 import analyze
-import analyze.counters
 from analyze import Analysis, open_trace
-from analyze.energy import energy, neuromc
+from analyze.energy import energy
 from analyze.present import plots
 from analyze.present.diff import diff_traces
 from analyze.present.report import build_report
@@ -31,23 +30,8 @@ def trace_path(tmp_path_factory):
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    """How often the NeuroMC mapping and the counters' engine really run (wrapped at their
-    own modules, not through Analysis's bookkeeping)."""
-    seen = {"neuromc": 0, "counters": 0}
-    mapping, counting = neuromc.activity, analyze.counters.count_events
-
-    def counted_mapping(*args, **kwargs):
-        seen["neuromc"] += 1
-        return mapping(*args, **kwargs)
-
-    def counted_counting(*args, **kwargs):
-        seen["counters"] += 1
-        return counting(*args, **kwargs)
-
-    monkeypatch.setattr(neuromc, "activity", counted_mapping)
-    monkeypatch.setattr(analyze.counters, "count_events", counted_counting)
-    return seen
+def calls(engine_calls):
+    return engine_calls  # tests/conftest.py: the NeuroMC mapper and counter engine, counted
 
 
 def test_report_maps_the_model_once_and_counts_once(trace_path, calls):
