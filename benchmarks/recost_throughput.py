@@ -11,8 +11,14 @@
 3. SpikingJelly: get_report() per preset on the already-profiled profiler, its preset check
    and unsupported-op refusal bypassed, over --reference-presets presets; per-preset ms.
 
+4. Every other model on the same trace (an inference forward is recorded after the training
+   step, so SpikeSim has Conv2d calls to cost, with the spike maps its event mode needs): the
+   mapper once, the bulk costing (the model's sweep_totals) of a sweep of about --presets
+   presets over its pJ parameters, the whole recost call, and its per-preset costing
+   (cost() per preset, over --reference-presets presets) extrapolated to the same count.
+
 Targets: the 10,000 presets cost in < 1 s, >= 15x the reference's per-preset speed, no model
-run; the whole recost call < 2 s.
+run; the whole recost call < 2 s; for every model.
 """
 
 from __future__ import annotations
@@ -31,18 +37,77 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import make, train_step  # noqa: E402
 
 from analyze import open_trace  # noqa: E402
-from analyze.energy import load_preset, neuromc, recost  # noqa: E402
+from analyze.energy import _model, load_preset, map_activity, neuromc, recost, sweep_presets  # noqa: E402
 from analyze.energy.neuromc.sweep import sweep_totals  # noqa: E402
 from capture import Recorder  # noqa: E402
+from spikingjelly.activation_based import functional  # noqa: E402
 from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler  # noqa: E402
 
 SRAM, DRAM = "sram_fp_conv_in_w", "dram"
 
 
 def capture(workload: str, path: Path) -> None:
+    import torch
+
     model, x, target, loss_fn, optimizer = make(workload, "sgd")
-    with Recorder(path, model=model, optimizer=optimizer) as recorder:
+    with Recorder(path, model=model, optimizer=optimizer, keep_binary_inputs=True) as recorder:
         train_step(model, x, target, loss_fn, optimizer, stage=lambda name: recorder.stage(name, phase=name))
+        with recorder.suspend():
+            functional.reset_net(model)
+            model.eval()
+        with torch.no_grad(), recorder.stage("inference", phase="forward"):
+            model(x)
+
+
+# model -> (base preset, overrides, the swept keys and their ranges)
+OTHER_MODELS = {
+    "compute": ("compute-fp32-45nm", (), {"e_mac_pj": (0.1, 4.6), "e_ac_pj": (0.03, 0.9),
+                                          "e_memory_pj_per_byte": (1.0, 24.96)}),
+    "lemaire (spikingjelly)": ("lemaire-spikingjelly", (), {"e_add_pj": (0.03, 0.1), "e_mul_pj": (1.0, 3.1),
+                                                            "memory_breakpoints.p1.pj_per_byte": (1.0, 2.5),
+                                                            "snn_fifo_capacity_elements": (100, 10000)}),
+    "lemaire (qualia)": ("lemaire-qualia", (), {"e_add_pj": (0.03, 0.1), "e_mul_pj": (1.0, 3.1),
+                                                "qualia.ram_slope": (5e-6, 2e-5), "qualia.ram_floor": (5.0, 15.0)}),
+    "spikesim (dense)": ("spikesim-rram-64", (), {"adc_pj": (1.0, 3.0), "neuron_pj": (1.0, 6.0),
+                                                  "rram_xbar_pj": (0.5, 2.0), "htree_pj": (50.0, 200.0)}),
+    "spikesim (event)": ("spikesim-rram-64", ("activity_mode=event",),
+                         {"adc_pj": (1.0, 3.0), "neuron_pj": (1.0, 6.0), "rram_xbar_pj": (0.5, 2.0),
+                          "htree_pj": (50.0, 200.0)}),
+}
+
+
+def other_models(path: Path, presets: int, repeats: int, reference_presets: int) -> list[tuple]:
+    """(model, presets, mapper s, bulk costing s, whole recost s, per-preset ms) per model."""
+    rows = []
+    with open_trace(path) as trace:
+        for label, (preset, overrides, ranges) in OTHER_MODELS.items():
+            model = label.split()[0]
+            side = round(presets ** (1 / len(ranges)))
+            sweep = {key: list(np.linspace(low, high, side)) for key, (low, high) in ranges.items()}
+            if model == "lemaire" and "snn_fifo_capacity_elements" in sweep:
+                sweep["snn_fifo_capacity_elements"] = [round(v) for v in sweep["snn_fifo_capacity_elements"]]
+            base = load_preset(preset, overrides)
+            module = _model(model)
+            mapper, costing, whole = [], [], []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                mapped = map_activity(trace, model)
+                mapper.append(time.perf_counter() - started)
+                grids = np.meshgrid(*(np.asarray(v, dtype=float) for v in sweep.values()), indexing="ij")
+                started = time.perf_counter()
+                module.sweep_totals(mapped, base.costs(), {k: g.ravel() for k, g in zip(sweep, grids)})
+                costing.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                frame = recost(trace, model, sweep=sweep, base=base)
+                whole.append(time.perf_counter() - started)
+            singles = sweep_presets(base, {k: v[:1] * reference_presets for k, v in list(sweep.items())[:1]})
+            started = time.perf_counter()
+            for single in singles:
+                module.cost(mapped, single.costs())
+            per_preset_ms = 1e3 * (time.perf_counter() - started) / len(singles)
+            rows.append((label, frame["preset"].nunique(), statistics.median(mapper), statistics.median(costing),
+                         statistics.median(whole), per_preset_ms))
+    return rows
 
 
 def reference(workload: str, n: int) -> tuple[float, float]:
@@ -105,6 +170,7 @@ def main() -> None:
                 frame = recost(trace, "neuromc", sweep=sweep)
                 whole.append(time.perf_counter() - started)
         presets = frame["preset"].nunique()
+        others = other_models(path, args.presets, args.repeats, args.reference_presets)
     profiled_s, reference_ms = reference(args.workload, args.reference_presets)
     ours_ms = 1e3 * statistics.median(costing) / presets
     print(f"workload {args.workload}: {events:,} events captured in {capture_s:.2f} s; {presets:,} presets; "
@@ -121,6 +187,17 @@ def main() -> None:
     print(f"targets: {presets:,} presets < 1 s: {'met' if statistics.median(costing) < 1 else 'NOT met'}; "
           f">= 15x: {'met' if speedup >= 15 else 'NOT met'}; whole call < 2 s: "
           f"{'met' if statistics.median(whole) < 2 else 'NOT met'}")
+    print(f"\n## every model: a sweep of its pJ parameters, bulk costing (sweep_totals), medians of {args.repeats}\n")
+    print("| model | presets | mapper (once) s | bulk costing s | us/preset | whole recost s | cost() per preset ms "
+          "(extrapolated to the sweep) | speed-up | < 1 s | whole < 2 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, n, mapper_s, costing_s, whole_s, single_ms in [("neuromc", presets, statistics.median(mapper),
+                                                                statistics.median(costing), statistics.median(whole),
+                                                                None)] + others:
+        single = "-" if single_ms is None else f"{single_ms:.2f} ({single_ms * n / 1e3:,.1f} s)"
+        ratio = "-" if single_ms is None else f"{single_ms * 1e-3 * n / costing_s:,.0f}x"
+        print(f"| {label} | {n:,} | {mapper_s:.3f} | {costing_s:.4f} | {1e6 * costing_s / n:.2f} | {whole_s:.3f} | "
+              f"{single} | {ratio} | {'yes' if costing_s < 1 else 'NO'} | {'yes' if whole_s < 2 else 'NO'} |")
 
 
 if __name__ == "__main__":

@@ -193,3 +193,12 @@ def test_layers_show_their_class_and_dead_layers_are_flagged(tmp_path):
     row = rates[rates.index("Sequential.1"):rates.index("</tr>", rates.index("Sequential.1"))]
     assert "IFNode" in row and "dead: never fired" in row
     assert "Not spiking (outputs not 0/1): Sequential.0 (Linear), Sequential.2 (Linear)" in rates
+
+
+def test_units_choice_fixes_the_energy_unit(training):
+    with open_trace(training) as trace:
+        total = energy(trace, "neuromc").energy_total_pj
+    shown = spiketrace("energy", training, "--units", "nJ").stdout.splitlines()
+    assert shown[0].endswith(f"{total / 1e3:,.3f} nJ")
+    rows = [line for line in shown[2:] if line and not line.startswith("(")]
+    assert rows and all(" nJ " in row for row in rows)

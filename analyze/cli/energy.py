@@ -19,7 +19,7 @@ from analyze.cli.app import _table, main, model_option, warnings_to_stderr
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
 from analyze.present.energy_table import energy_text, energy_views, total_of
-from analyze.present.units import format_energy
+from analyze.present.units import UNIT_CHOICES, format_energy
 from analyze.results import Analysis
 
 
@@ -47,19 +47,24 @@ def _progress(items):
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset parameter, e.g. e_mac_pj=3.1 or 'memory.sram_2MB.r_cost=2.5 fJ/bit'.")
 @click.option("--stage", help="Only this stage.")
+@click.option("--step", type=int, help="Only this recorder step.")
+@click.option("--rank", type=int, help="Only this rank.")
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
 @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
               "model reports; default: component, or the model's first).")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
-def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, strict, view, output_format):
+@click.option("--units", type=click.Choice(UNIT_CHOICES), default="auto", show_default=True,
+              help="Energy unit of the table (auto: the largest that keeps values at least 1).")
+def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, view, output_format,
+           units):
     """Energy of TRACE under one preset, by component, stage or module.
 
     Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage"""
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         model = analysis.model(model, preset)
-        report = analysis.energy(model, preset, overrides=overrides, stage=stage, compat=compat,
+        report = analysis.energy(model, preset, overrides=overrides, stage=stage, step=step, rank=rank, compat=compat,
                                  ignore_modules=ignore_modules, strict=strict)
         modules = module_classes(analysis.trace)
         classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
@@ -78,10 +83,10 @@ def energy(trace_path, model, preset, overrides, stage, ignore_modules, compat, 
     elif view not in views:
         raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy ({scope}) under {safe_line(chosen)}: {format_energy(total_of(frame))}"
+    click.echo(f"{model} energy ({scope}) under {safe_line(chosen)}: {format_energy(total_of(frame), unit=units)}"
                + (f" ({safe_line(', '.join(overrides))})" if overrides else ""))
     if view is not None:
-        click.echo("\n".join(energy_text(frame, view, model, classes)))
+        click.echo("\n".join(energy_text(frame, view, model, classes, unit=units)))
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:

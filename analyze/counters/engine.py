@@ -31,6 +31,7 @@ from analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_rea
 from analyze.counters.gather import JsonReadError, OpFactsBuilder
 from analyze.counters.partitions import Partition, partitions
 from analyze.counters.result import CounterResult, StrictModeError
+from analyze.counters.totals import reducer, totals_frame
 from analyze.counters.sql import MACROS
 from analyze.counters.user_rules import USER_RULES
 
@@ -185,14 +186,15 @@ class _Plan:
         per_event += "".join(f", {e} AS abort_{n}" for n, e in aborts.items())
         return f"SELECT {select(sums)} FROM (SELECT rank, {keys}, tensor_bytes{per_event} FROM op_facts_table) GROUP BY rank, {keys}"
 
-    def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22) -> list[pa.Table]:
+    def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22, reduce=None) -> list:
         """Per partition, the sums over the events of `chunks` (see event_chunks). A second
         thread, on its own cursor, reads and gathers the next chunk while this one evaluates
         the current: each side waits on the other (DuckDB, numpy) much of the time, and at
         most two chunks are alive at once. The partitions' op_facts are kept till they hold
         `batch_cells` cells, then the largest is evaluated: planning a partition's SQL costs
         about as much as running it on a chunk, so one of few events is evaluated once for
-        many chunks."""
+        many chunks. `reduce`, when given, turns each pass's sums into what is kept (so what is
+        kept stays small when the passes group by more than is reported)."""
         builder = OpFactsBuilder(con.cursor(), self.readers, self.ops, group_by, self.json_reads)
         pending: dict[int, list[pa.Table]] = {number: [] for number in range(len(self.parts))}
         partials = []
@@ -201,7 +203,8 @@ class _Plan:
             con.register("op_facts_table", pa.concat_tables(pending[number]))
             pending[number] = []
             try:
-                partials.append(con.sql(self.parts[number].sql).to_arrow_table())
+                table = con.sql(self.parts[number].sql).to_arrow_table()
+                partials.append(table if reduce is None else reduce(table))
             finally:
                 con.unregister("op_facts_table")
 
@@ -313,11 +316,15 @@ def count_events(
     *,
     where: str = "true",
     group_by: tuple[str, ...] = (),
+    totals_by: tuple[str, ...] = (),
     ignore_modules: list[str] = (),
     compat: str | None = None,
     strict: bool = False,
     chunk_events: int = 500_000,
 ) -> CounterResult:
+    """The counters over the events of `where`, per (scope, op, group_by). `totals_by` (of
+    stage, phase, step, rank) adds result.group_totals: each counter's Global value per those
+    columns, summed as the chunks stream (bounded memory however many steps there are)."""
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
     for macro in MACROS:
@@ -327,14 +334,20 @@ def count_events(
         return CounterResult(empty, pd.DataFrame(columns=["counter", "op", "calls", "tensor_bytes"]))
     chunks, calls = event_chunks(con, where, chunk_events)
     ignored = _ignored_scope_ids(con, ignore_modules, compat)
-    plan = _Plan(counters, calls, compat, group_by, read_json=True)
+    passes_by = tuple(dict.fromkeys([*group_by, *totals_by]))
+    reduce = reducer(tuple(group_by), tuple(totals_by), list(counters)) if totals_by else None
+    plan = _Plan(counters, calls, compat, passes_by, read_json=True)
     # Streamed in chunks of events, so memory stays bounded whatever the trace's size; the
     # per-chunk sums are added up at the end.
     try:
-        partials = plan.sums(con, chunks, where, group_by, ignored)
+        partials = plan.sums(con, chunks, where, passes_by, ignored, reduce=reduce)
     except JsonReadError:  # then as written: each JSON read per event, where its rule reaches it
-        plan = _Plan(counters, calls, compat, group_by, read_json=False)
-        partials = plan.sums(con, chunks, where, group_by, ignored)
+        plan = _Plan(counters, calls, compat, passes_by, read_json=False)
+        partials = plan.sums(con, chunks, where, passes_by, ignored, reduce=reduce)
+    group_totals = None
+    if totals_by:
+        group_totals = totals_frame([t for _, t in partials], list(counters), tuple(totals_by))
+        partials = [d for d, _ in partials]
     values, unsupported, selected, selected_bytes = [], [], 0, 0
     aborted = [pd.DataFrame()] if chunks and plan.aborts else []  # typed empty frames when nothing ran
     if partials:
@@ -368,6 +381,7 @@ def count_events(
         aborts=_summed(aborted, ["counter", "op"], ["calls"]) if aborted
         else pd.DataFrame(columns=["counter", "op", "calls"]),
         selected_events=int(selected),
+        group_totals=group_totals,
     )
     if strict and (len(result.unsupported) or len(result.aborts)):
         first = result.unsupported.iloc[0] if len(result.unsupported) else result.aborts.iloc[0]

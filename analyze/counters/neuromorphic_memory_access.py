@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyze.trace.views import record_key
+
 METRICS = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes", "neuron_state_write_bytes")
 SYNAPTIC_CLASSES = (
     "torch.nn.modules.linear.Linear",
@@ -52,25 +54,28 @@ weights AS (
 ),
 calls AS (
     SELECT pre.rank, pre.module_id, pre.call_index, pre.seq AS pre_seq, post.seq AS post_seq,
-           pre.inputs[1] AS x_id, post.outputs[1] AS out_id
+           pre.inputs[1] AS x_id, post.outputs[1] AS out_id, pre.stage, pre.phase, pre.step
     FROM (SELECT * FROM module_events WHERE {{where}}) pre JOIN module_events post
       ON post.rank = pre.rank AND post.module_id = pre.module_id AND post.call_index = pre.call_index
      AND post.kind = 'forward_post' AND pre.kind = 'forward_pre'
+    WHERE (pre.rank, pre.module_id) IN (SELECT rank, module_id FROM model_modules WHERE synaptic OR neuron)
 ),
-conv_taps AS (
-    SELECT c.rank, c.module_id, c.call_index, any_value(s.value) AS taps
-    FROM calls c JOIN events e ON e.rank = c.rank AND e.seq > c.pre_seq AND e.seq < c.post_seq
-                              AND e.op = 'aten.convolution.default'
-    JOIN op_stats s ON s.rank = e.rank AND s.seq = e.seq AND s.stat = 'conv_spike_taps'
-    GROUP BY ALL
+snapshots AS (
+    SELECT c.rank, c.module_id, c.call_index, nm.tensor_id
+    FROM calls c JOIN neuron_memories nm ON nm.rank = c.rank AND nm.module_id = c.module_id AND nm.seq = c.post_seq
+),
+used AS (  -- just the tensor states these calls read (a semi join on them, not a hash table of every state)
+    SELECT t.rank, t.tensor_id, t.is01, t.nnz, t.numel, t.shape, t.element_size
+    FROM tensor_states t SEMI JOIN (SELECT rank, x_id AS tensor_id FROM calls UNION ALL SELECT rank, out_id FROM calls
+                                    UNION ALL SELECT rank, tensor_id FROM snapshots) w
+      ON w.rank = t.rank AND w.tensor_id = t.tensor_id
 ),
 states AS (
-    SELECT c.rank, c.module_id, c.call_index, coalesce(sum(t.numel * t.element_size), 0) AS state_bytes
-    FROM calls c JOIN neuron_memories nm ON nm.rank = c.rank AND nm.module_id = c.module_id AND nm.seq = c.post_seq
-    LEFT JOIN tensor_states t ON t.rank = nm.rank AND t.tensor_id = nm.tensor_id
+    SELECT s.rank, s.module_id, s.call_index, coalesce(sum(t.numel * t.element_size), 0) AS state_bytes
+    FROM snapshots s LEFT JOIN used t ON t.rank = s.rank AND t.tensor_id = s.tensor_id
     GROUP BY ALL
 )
-SELECT c.rank, c.module_id, m.path,
+SELECT c.rank, c.module_id, m.path, c.stage, c.phase, c.step,
     CASE WHEN m.synaptic THEN
         CASE WHEN x.is01 THEN
             CASE WHEN m.linear THEN x.nnz * (m.attributes->>'out_features')::BIGINT
@@ -85,12 +90,30 @@ SELECT c.rank, c.module_id, m.path,
         coalesce(st.state_bytes, 0) * CASE WHEN m.attributes->>'step_mode' = 'm' THEN x.shape[1] ELSE 1 END
     END AS neuron_state_bytes
 FROM calls c JOIN model_modules m ON m.rank = c.rank AND m.module_id = c.module_id AND (m.synaptic OR m.neuron)
-LEFT JOIN tensor_states x ON x.rank = c.rank AND x.tensor_id = c.x_id
-LEFT JOIN tensor_states o ON o.rank = c.rank AND o.tensor_id = c.out_id
+LEFT JOIN used x ON x.rank = c.rank AND x.tensor_id = c.x_id
+LEFT JOIN used o ON o.rank = c.rank AND o.tensor_id = c.out_id
 LEFT JOIN weights w ON w.rank = c.rank AND w.module_id = c.module_id AND w.name = 'weight'
 LEFT JOIN weights bias ON bias.rank = c.rank AND bias.module_id = c.module_id AND bias.name = 'bias'
-LEFT JOIN conv_taps ct ON ct.rank = c.rank AND ct.module_id = c.module_id AND ct.call_index = c.call_index
+LEFT JOIN nmac_conv_taps ct ON ct.rank = c.rank AND ct.module_id = c.module_id AND ct.call_index = c.call_index
 LEFT JOIN states st ON st.rank = c.rank AND st.module_id = c.module_id AND st.call_index = c.call_index
+"""
+
+# The conv spike taps of each forward call: the convolutions run between its hooks. Its own
+# statement: a range join on record keys runs as a sort-based IEJoin only in a statement
+# without materialised CTEs (CALLS_SQL's are), and as a piecewise merge join, which compares
+# each call with every conv before it, otherwise.
+CONV_TAPS_SQL = f"""
+CREATE OR REPLACE TEMP TABLE nmac_conv_taps AS
+SELECT c.rank, c.module_id, c.call_index, any_value(t.value) AS taps
+FROM (SELECT pre.rank, pre.module_id, pre.call_index, {record_key("pre.rank", "pre.seq")} AS start_key,
+             {record_key("post.rank", "post.seq")} AS end_key
+      FROM (SELECT * FROM module_events WHERE kind = 'forward_pre' AND {{where}}) pre JOIN module_events post
+        ON post.rank = pre.rank AND post.module_id = pre.module_id AND post.call_index = pre.call_index
+       AND post.kind = 'forward_post') c
+JOIN (SELECT {record_key("e.rank", "e.seq")} AS key, s.value
+      FROM events e JOIN op_stats s ON s.rank = e.rank AND s.seq = e.seq AND s.stat = 'conv_spike_taps'
+      WHERE e.op = 'aten.convolution.default') t ON t.key > c.start_key AND t.key < c.end_key
+GROUP BY ALL
 """
 
 # Static scopes of SpikingJelly's ModuleCounterMode: Global plus every dotted prefix of the path.
@@ -101,10 +124,36 @@ FROM ({calls}) v
 """
 
 
-def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true") -> pd.DataFrame:
-    """Tidy frame: scope, metric, value (SpikingJelly's get_counts() of the counter).
+GROUPS = ("rank", "step", "stage", "phase")
 
-    `where` selects forward calls by their module_events columns (stage, phase, step, rank)."""
+
+SUMS = """coalesce(sum(weight_read_bytes), 0)::BIGINT AS weight_read_bytes,
+           coalesce(sum(bias_read_bytes), 0)::BIGINT AS bias_read_bytes,
+           coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_read_bytes,
+           coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_write_bytes"""
+
+
+def _columns(names, allowed=GROUPS) -> list[str]:
+    if any(g not in allowed for g in names):
+        raise ValueError(f"neuromorphic_memory_access groups by {allowed} only, not {list(names)}")
+    return list(names)
+
+
+def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true", group_by=()) -> pd.DataFrame:
+    """Tidy frame: scope, [group_by columns,] metric, value (SpikingJelly's get_counts() of
+    the counter, per group: the groups of a scope add up to its count).
+
+    `where` selects forward calls by their module_events columns (stage, phase, step, rank);
+    `group_by` splits the counts by those of GROUPS (a forward call's, from its pre hook)."""
+    return with_totals(trace, ignore_modules, where, group_by)[0]
+
+
+def with_totals(trace, ignore_modules=(), where: str = "true", group_by=(), totals_by=()):
+    """(neuromorphic_memory_access's frame, the Global counts per `totals_by` columns of
+    GROUPS: <totals_by>, metric, value, or None). The per-call values are computed once, in a
+    temporary table, for both."""
+    groups, totals_groups = _columns(group_by), _columns(totals_by)
+    trace.con.execute(CONV_TAPS_SQL.replace("{where}", where))
     calls = CALLS_SQL.replace("{where}", where)
     if ignore_modules:
         listed = _list(ignore_modules)
@@ -113,16 +162,18 @@ def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true") ->
             SELECT 1 FROM modules a WHERE a.rank = v.rank AND a.in_model
               AND (v.path = a.path OR starts_with(v.path, a.path || '.'))
               AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name)))"""
+    totals = None
+    if totals_groups:
+        trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmac_calls AS {calls}")
+        calls = "SELECT * FROM nmac_calls"
+        totals = trace.sql(f"SELECT {', '.join(totals_groups)}, {SUMS} FROM nmac_calls GROUP BY ALL")
+        totals = totals.melt(id_vars=totals_groups, value_vars=list(METRICS), var_name="metric", value_name="value")
     frame = trace.sql(f"""
         WITH scoped AS ({SCOPES_SQL.format(calls=calls)})
-        SELECT scope,
-               coalesce(sum(weight_read_bytes), 0)::BIGINT AS weight_read_bytes,
-               coalesce(sum(bias_read_bytes), 0)::BIGINT AS bias_read_bytes,
-               coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_read_bytes,
-               coalesce(sum(neuron_state_bytes), 0)::BIGINT AS neuron_state_write_bytes
-        FROM scoped GROUP BY scope
+        SELECT {"".join(f"{g}, " for g in ["scope", *groups])} {SUMS}
+        FROM scoped GROUP BY {", ".join(["scope", *groups])}
     """)
-    return frame.melt(id_vars="scope", value_vars=list(METRICS), var_name="metric", value_name="value")
+    return frame.melt(id_vars=["scope", *groups], value_vars=list(METRICS), var_name="metric", value_name="value"), totals
 
 
 def as_spikingjelly(frame: pd.DataFrame) -> dict[str, dict[str, int]]:

@@ -29,6 +29,9 @@ class CounterResult:
     # "metrics" and "projection", SpikingJelly's get_metric_counts / get_projection_counts)
     details: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {"counter": [], "family": [], "scope": [], "metric": [], "value": pd.Series([], dtype="int64")}))
+    # counter, <totals_by columns>, value: each counter's Global value per group, when the
+    # engine was asked for totals_by (engine.count_events); None otherwise
+    group_totals: pd.DataFrame | None = None
 
     def coverage(self, counter: str, weight: str = "bytes") -> float:
         """Fraction of the work `counter` applies to that some rule covers: weighted by the

@@ -164,7 +164,7 @@ def recost(trace, model: str | None = None, presets=None, *, sweep: Mapping[str,
         base, presets = presets[0], []
     module = _model(model)
     chosen = [_preset_for(model, p) for p in (presets or [])]
-    bulk = getattr(module, "sweep_totals", None) if sweep else None
+    bulk = getattr(module, "sweep_totals", None) if sweep and _sweepable(module, sweep) else None
     if bulk is not None:
         if activity is None:
             activity = map_activity(trace, model, stage=stage, ignore_modules=ignore_modules, compat=compat,
@@ -189,6 +189,13 @@ def recost(trace, model: str | None = None, presets=None, *, sweep: Mapping[str,
     return pd.concat(frames, ignore_index=True)
 
 
+def _sweepable(module, sweep) -> bool:
+    """Whether the model costs this sweep in bulk (its sweep_totals): every swept key matches
+    one of its SWEEPABLE patterns (a model without them takes any); else preset by preset."""
+    patterns = getattr(module, "SWEEPABLE", None)
+    return patterns is None or all(any(fnmatch.fnmatchcase(key, p) for p in patterns) for key in sweep)
+
+
 def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat=None, strict=False,
                  progress=None) -> pd.DataFrame:
     """A sweep costed in one vectorised call (models whose module has a sweep_totals): every
@@ -201,7 +208,7 @@ def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat
         columns[key] = values
     grids = np.meshgrid(*(np.asarray(columns[k], dtype=float) for k in keys), indexing="ij")
     flat = {k: g.ravel() for k, g in zip(keys, grids)}
-    totals = bulk(activity, base.costs(), flat)
+    totals = bulk(activity, base.costs(), flat, compat=compat)
     labels = [f"{base.name}[" + ",".join(_label(k, float(flat[k][i]), base.units.get(k)) for k in keys) + "]"
               for i in range(len(totals))]
     wide = totals.assign(preset=labels, **flat)

@@ -17,15 +17,21 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
-from analyze.counters import count
-from analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES
+from analyze.counters import COUNTERS, _ignore_names, _where
+from analyze.counters.engine import count_events
+from analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES, with_totals
+from analyze.counters.sql import MACROS
 
 MODEL = "compute"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ", "e_memory_pj_per_byte": "pJ/byte"}
 QUANTITIES = ("mac", "ac", "synop", "weight_read_bytes", "bias_read_bytes",
               "neuron_state_read_bytes", "neuron_state_write_bytes")
+# The Global counts are also kept per (rank, recorder step, stage): every count is a sum over
+# ops or module calls, each of one rank, step and stage, so the energy splits exactly along them.
+GROUPS = ["rank", "step", "stage"]
 
 
 @dataclass(frozen=True)
@@ -51,10 +57,12 @@ class Costs:
 
 @dataclass
 class Activity:
-    """Preset-independent counts: one row per (stage, scope, quantity)."""
+    """Preset-independent counts: one row per (stage, scope, quantity), and the Global ones
+    per (rank, step, stage, quantity)."""
 
     counts: pd.DataFrame  # stage, scope, quantity, value
     warnings: list[str] = field(default_factory=list)
+    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*GROUPS, "quantity", "value"]))
 
     def totals(self) -> dict[str, int]:
         rows = self.counts[self.counts["scope"] == "Global"]
@@ -79,11 +87,15 @@ class Report:
     costs: Costs
     # module scope -> {component: pJ} (mac_pj, ac_pj, parameter_memory_pj, neuron_state_memory_pj)
     energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
+    energy_by_step: dict[str, float] = field(default_factory=dict)  # recorder step -> pJ; sums to the total
+    energy_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> pJ; sums to the total
 
     def to_frame(self) -> pd.DataFrame:
         rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
         rows += [("component", k, v, None) for k, v in self.breakdown_pj.items()]
         rows += [("stage", k, v, None) for k, v in self.energy_by_stage.items()]
+        rows += [("step", k, v, None) for k, v in self.energy_by_step.items()]
+        rows += [("rank", k, v, None) for k, v in self.energy_by_rank.items()]
         rows += [("module", k, v, None) for k, v in self.energy_by_module.items()]
         rows += [("count", k, None, v) for k, v in self.counts.items()]
         return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
@@ -94,51 +106,60 @@ class Report:
         return document
 
 
-def _conv_probe_leak(trace, stage, ignore_modules) -> pd.DataFrame:
-    """AC SimpleEnergyProfiler adds per binary-input conv call: N_eff * groups * prod(out spatial) - 1."""
+def _conv_probe_leak(trace, where: str, ignore_modules) -> pd.DataFrame:
+    """AC SimpleEnergyProfiler adds per binary-input conv call: N_eff * groups * prod(out spatial) - 1.
+    `where` selects calls by their pre hook's module_events columns."""
     listed = "[" + ", ".join(f"'{c}'" for c in SYNAPTIC_CLASSES[1:]) + "]"
-    stage_filter = "" if stage is None else f"AND pre.stage = '{stage}'"
     ignored = "[" + ", ".join(f"'{n}'" for n in ignore_modules) + "]"
     return trace.sql(f"""
-        SELECT post.stage, 'Global' AS scope, 'ac' AS quantity,
+        SELECT post.rank, post.step, post.stage, 'Global' AS scope, 'ac' AS quantity,
                CAST(sum(o.numel // o.shape[CASE WHEN m.attributes->>'step_mode' = 'm' THEN 3 ELSE 2 END]
                         * (m.attributes->>'groups')::BIGINT - 1) AS BIGINT) AS value
-        FROM module_events pre
+        FROM (SELECT * FROM module_events WHERE {where}) pre
         JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id
              AND post.call_index = pre.call_index AND post.kind = 'forward_post'
         JOIN modules m ON m.rank = pre.rank AND m.module_id = pre.module_id AND m.in_model
         JOIN tensor_states x ON x.rank = pre.rank AND x.tensor_id = pre.inputs[1]
         JOIN tensor_states o ON o.rank = post.rank AND o.tensor_id = post.outputs[1]
-        WHERE pre.kind = 'forward_pre' AND list_has_any(m.mro, {listed}) AND x.is01 {stage_filter}
+        WHERE pre.kind = 'forward_pre' AND list_has_any(m.mro, {listed}) AND x.is01
           AND NOT EXISTS (SELECT 1 FROM modules a WHERE a.rank = m.rank AND a.in_model
               AND (m.path = a.path OR starts_with(m.path, a.path || '.'))
               AND (list_has_any(a.mro, {ignored}) OR list_contains({ignored}, a.class_name)))
-        GROUP BY post.stage
+        GROUP BY post.rank, post.step, post.stage
     """)
 
 
-def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, **options) -> Activity:
-    if options:
-        raise TypeError(f"the compute model takes no options {sorted(options)}")
-    result = count(trace, ["mac", "ac", "synop"], stage=stage, ignore_modules=ignore_modules or None,
-                   compat=compat, strict=strict, by=["stage"])
-    frames = [result.frame.rename(columns={"counter": "quantity"})
-              .groupby(["stage", "scope", "quantity"], as_index=False)["value"].sum()]
-    for stage_name in ([stage] if stage is not None else list(trace.sql(
-            "SELECT DISTINCT stage FROM module_events ORDER BY stage")["stage"])):
-        memory = count(trace, ["neuromorphic_memory_access"], stage=stage_name,
-                       ignore_modules=ignore_modules or None, compat=compat).frame
-        frames.append(memory.rename(columns={"op": "quantity"}).assign(stage=stage_name)[["stage", "scope", "quantity", "value"]])
-    if compat == "spikingjelly":
-        from analyze.counters import _ignore_names
+def _tidy(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    columns = [*keys, "quantity", "value"]
+    frames = [f[columns] for f in frames if len(f)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in columns})
+    return frame.groupby(keys + ["quantity"], as_index=False)["value"].sum()
 
-        frames.append(_conv_probe_leak(trace, stage, _ignore_names(ignore_modules)))
-    counts = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else \
-        pd.DataFrame({"stage": [], "scope": [], "quantity": [], "value": []})
+
+def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
+             **options) -> Activity:
+    """The counts of the selection (stage, step, rank: a value or a list each; all when None)."""
+    if options:
+        raise TypeError(f"the compute model takes no options {sorted(options)} (it takes stage, step, rank)")
+    where, ignored = _where(stage=stage, step=step, rank=rank), _ignore_names(ignore_modules)
+    result = count_events(trace.con, {name: COUNTERS[name] for name in ("mac", "ac", "synop")}, where=where,
+                          group_by=("stage",), totals_by=tuple(GROUPS), ignore_modules=ignored, compat=compat,
+                          strict=strict)
+    for macro in MACROS:
+        trace.con.execute(macro)
+    memory, memory_totals = with_totals(trace, ignored, where=where, group_by=("stage",), totals_by=GROUPS)
+    counts = [result.frame.rename(columns={"counter": "quantity"}), memory.rename(columns={"metric": "quantity"})]
+    steps = [result.group_totals.rename(columns={"counter": "quantity"}),
+             memory_totals.rename(columns={"metric": "quantity"})]
+    if compat == "spikingjelly":
+        leak = _conv_probe_leak(trace, where, ignored)
+        counts.append(leak.groupby(["stage", "scope", "quantity"], as_index=False)["value"].sum())
+        steps.append(leak)
+    counts = _tidy(counts, ["stage", "scope"])
     warnings = []
     if not len(counts) or counts["value"].sum() == 0:
         warnings.append("no supported operators were matched: the selection may hold no synaptic or neuron work")
-    return Activity(counts.groupby(["stage", "scope", "quantity"], as_index=False)["value"].sum(), warnings)
+    return Activity(counts, warnings, _tidy(steps, GROUPS))
 
 
 COMPONENT_OF = {"mac": "mac_pj", "ac": "ac_pj", "weight_read_bytes": "parameter_memory_pj",
@@ -167,6 +188,7 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
     memory_pj = parameter_pj + state_pj
     compute_pj = mac_pj + ac_pj
     frame = activity.counts.assign(pj=_energy_of(activity.counts, costs))
+    steps = activity.steps.assign(pj=_energy_of(activity.steps, costs))
     frame["component"] = frame["quantity"].map(COMPONENT_OF)
     by_stage = frame[frame["scope"] == "Global"].groupby("stage")["pj"].sum()
     by_module = frame[frame["scope"] != "Global"].groupby("scope")["pj"].sum()
@@ -187,4 +209,28 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
             str(scope): {str(c): float(v) for c, v in group.groupby("component")["pj"].sum().items()}
             for scope, group in frame[(frame["scope"] != "Global") & frame["component"].notna()].groupby("scope")
         },
+        energy_by_step=_by(steps, "step"),
+        energy_by_rank=_by(steps, "rank"),
     )
+
+
+def _by(frame: pd.DataFrame, column: str) -> dict[str, float]:
+    """pJ per value of an integer column (step, rank), in its order, keys as text."""
+    return {str(int(k)): float(v) for k, v in frame.groupby(column)["pj"].sum().items()}
+
+
+def sweep_totals(activity: Activity, base: Costs, values, *, compat=None) -> pd.DataFrame:
+    """energy_total_pj, energy_compute_pj and energy_memory_pj for each index of `values`
+    (preset key -> equal-length arrays), every other cost from `base`: cost()'s arithmetic
+    on the activity's totals, as arrays (recost's bulk path)."""
+    unknown = sorted(set(values) - set(PRESET_UNITS))
+    if unknown:
+        raise ValueError(f"cannot sweep {unknown[0]!r}: the compute model's keys are {', '.join(PRESET_UNITS)}")
+    n = len(next(iter(values.values()))) if values else 1
+    cost = {key: np.broadcast_to(np.asarray(values.get(key, getattr(base, key)), dtype=float), (n,))
+            for key in PRESET_UNITS}
+    n_ = activity.totals()
+    compute = n_["mac"] * cost["e_mac_pj"] + n_["ac"] * cost["e_ac_pj"]
+    memory = ((n_["weight_read_bytes"] + n_["bias_read_bytes"]) * cost["e_memory_pj_per_byte"]
+              + (n_["neuron_state_read_bytes"] + n_["neuron_state_write_bytes"]) * cost["e_memory_pj_per_byte"])
+    return pd.DataFrame({"energy_total_pj": compute + memory, "energy_compute_pj": compute, "energy_memory_pj": memory})

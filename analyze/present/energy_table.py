@@ -67,7 +67,7 @@ def _label(key: str, view: str) -> str:
     return key.removesuffix("_pj").removeprefix("energy_") if view == "component" else key
 
 
-def energy_text(frame: pd.DataFrame, view: str, model: str, classes=None) -> list[str]:
+def energy_text(frame: pd.DataFrame, view: str, model: str, classes=None, unit: str | None = None) -> list[str]:
     """The table lines: name (indented per level), energy with its unit, share of the parent.
     `classes`: scope -> class name, shown beside each module (`Net.0 (Linear)`)."""
     rows = energy_rows(frame, view, model)
@@ -75,7 +75,7 @@ def energy_text(frame: pd.DataFrame, view: str, model: str, classes=None) -> lis
     labels = ["  " * depth + safe_line(_label(key, view))
               + (f" ({safe_line(classes[key])})" if view == "module" and key in classes else "")
               for key, depth, _, _ in rows]
-    energies = [format_energy(pj) for _, _, pj, _ in rows]
+    energies = [format_energy(pj, unit=unit) for _, _, pj, _ in rows]
     shares = ["-" if share is None else f"{100 * share:.1f}%" for *_, share in rows]
     width = max([len(view), *map(len, labels)])
     lines = [f"{view:<{width}}  {'energy':>14}  {'share':>6}"]

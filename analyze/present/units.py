@@ -22,9 +22,17 @@ def energy_scale(values) -> tuple[float, str]:
     return 1.0, "pJ"
 
 
-def format_energy(pj: float, digits: int = 3) -> str:
-    """`pj` picojoules as text: 1234567.0 -> '1.235 µJ'."""
-    scale, unit = energy_scale([pj])
+UNIT_CHOICES = ("auto", "pJ", "nJ", "uJ", "mJ", "J")  # --units; uJ is typed for µJ
+
+
+def format_energy(pj: float, digits: int = 3, unit: str | None = None) -> str:
+    """`pj` picojoules as text: 1234567.0 -> '1.235 µJ'; `unit` fixes the unit (one of
+    UNIT_CHOICES; 'auto' or None picks it from the value)."""
+    if unit in (None, "auto"):
+        scale, unit = energy_scale([pj])
+    else:
+        unit = "µJ" if unit == "uJ" else unit
+        scale = dict(ENERGY_UNITS)[unit]
     return f"{pj / scale:,.{digits}f} {unit}"
 
 

@@ -49,6 +49,21 @@ DERIVED_VIEWS = {
 }
 
 
+# A record's place across ranks as one BIGINT: the rank above bit 40, the rank's seq below.
+SEQ_SPAN = 1 << 40
+
+
+def record_key(rank: str, seq: str) -> str:
+    """SQL for the key of record `seq` of rank `rank` (column expressions). Positions compare
+    as keys: `record_key(e) > record_key(start) AND record_key(e) < record_key(end)` is a pure
+    range join, which DuckDB runs sort-based (IEJoin), in time linear in its inputs and
+    output; `e.rank = r.rank AND e.seq > r.start ...` is a hash join on rank that compares
+    every pair of a rank's records, quadratic in the trace. A key also keeps rank out of the
+    join's equalities, so the optimizer cannot derive a join on rank alone between two other
+    tables of the query. A seq past 2**40 - 1 (the open end of a range) clamps to it."""
+    return f"((({rank})::BIGINT << 40) + least(({seq})::BIGINT, {SEQ_SPAN - 1}))"
+
+
 def view_name(table: str) -> str:
     """The name of the view holding `table`'s rows as written."""
     return RAW_VIEW_NAMES.get(table, table)

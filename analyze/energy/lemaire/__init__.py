@@ -26,6 +26,7 @@ from __future__ import annotations
 from analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
 from analyze.energy.lemaire.mapper import LemaireActivity, activity, qualia_layer_terms
 from analyze.energy.lemaire.sql import CONVENTIONS
+from analyze.energy.lemaire.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
 
 MODEL = "lemaire"
 PRESET_UNITS: dict[str, str] = {
@@ -52,6 +53,7 @@ __all__ = [
     "CONVENTIONS",
     "MODEL",
     "PRESET_UNITS",
+    "SWEEPABLE",
     "Costs",
     "LemaireActivity",
     "LemaireCosts",
@@ -59,4 +61,5 @@ __all__ = [
     "activity",
     "cost",
     "qualia_layer_terms",
+    "sweep_totals",
 ]

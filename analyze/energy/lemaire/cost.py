@@ -181,11 +181,17 @@ class LemaireReport:
     energy_by_stage: dict[str, float] = field(default_factory=dict)
     energy_by_module: dict[str, float] = field(default_factory=dict)
     energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
+    # recorder step / rank -> pJ, summing to the total; empty under "qualia", whose energy is
+    # per inference from spike rates pooled over all calls, so it has no share per step or rank
+    energy_by_step: dict[str, float] = field(default_factory=dict)
+    energy_by_rank: dict[str, float] = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         rows = [("total", "total_pj", self.total_pj, None)]
         rows += [("component", k, v, None) for k, v in self.breakdown_pj.items()]
         rows += [("stage", k, v, None) for k, v in self.energy_by_stage.items()]
+        rows += [("step", k, v, None) for k, v in self.energy_by_step.items()]
+        rows += [("rank", k, v, None) for k, v in self.energy_by_rank.items()]
         rows += [("module", k, v, None) for k, v in self.energy_by_module.items()]
         rows += [("count", k, None, v) for k, v in self.counts.items()]
         rows += [("buffer", k, None, v) for k, v in self.buffer_sizes_bytes.items()]
@@ -236,10 +242,10 @@ def _spikingjelly_cost(activity: LemaireActivity, costs: LemaireCosts, strict: b
     buffers = priced.groupby("buffer")["capacity"].max()
     call_pj = calls.assign(ops_pj=calls["ac"] * add + calls["mac"] * mac_pj,
                            addressing_pj=calls["acc_addr"] * add + calls["mac_addr"] * mac_pj)
+    where = ["rank", "step", "stage", "module"]
     components = pd.concat([
-        call_pj.melt(id_vars=["stage", "module"], value_vars=["ops_pj", "addressing_pj"], var_name="component",
-                     value_name="pj"),
-        priced.assign(component=priced["buffer"] + "_pj")[["stage", "module", "component", "pj"]],
+        call_pj.melt(id_vars=where, value_vars=["ops_pj", "addressing_pj"], var_name="component", value_name="pj"),
+        priced.assign(component=priced["buffer"] + "_pj")[[*where, "component", "pj"]],
     ], ignore_index=True)
     return LemaireReport(
         total_pj=ops_pj + addressing_pj + memory_pj,
@@ -258,6 +264,8 @@ def _spikingjelly_cost(activity: LemaireActivity, costs: LemaireCosts, strict: b
         energy_by_module_component={
             str(module): {str(c): float(v) for c, v in group.groupby("component")["pj"].sum().items()}
             for module, group in components.groupby("module")},
+        energy_by_step={str(int(k)): float(v) for k, v in components.groupby("step")["pj"].sum().items()},
+        energy_by_rank={str(int(k)): float(v) for k, v in components.groupby("rank")["pj"].sum().items()},
     )
 
 

@@ -43,8 +43,8 @@ class LemaireActivity:
 
     calls: one row per module call (spikingjelly convention): stage, step, rank, module,
       class_name, call_index, role, synop, mac, ac, acc_addr, mac_addr.
-    accesses: one row per (stage, module, access, capacity): bytes summed; capacity_bytes is
-      null where the access hits the SNN FIFO (its size is the preset's).
+    accesses: one row per (rank, step, stage, module, access, capacity): bytes summed;
+      capacity_bytes is null where the access hits the SNN FIFO (its size is the preset's).
     qualia_layers: one row per Linear/Conv layer, its pooled spike statistics and shapes;
     qualia_terms: Qualia's per-inference terms of each layer (module, component, kind, count,
       memory elements, null for the FIFO); both None when the qualia convention was not mapped.
@@ -109,11 +109,11 @@ def spikingjelly_activity(trace, model_has_neurons: bool) -> tuple[pd.DataFrame,
                                 synop, mac, ac, acc_addr, mac_addr
                          FROM lemaire_calls ORDER BY rank, module, call_index""")
     accesses = trace.sql("""
-        SELECT stage, module, u.a.access AS access, u.a.capacity_bytes AS capacity_bytes,
+        SELECT rank, step, stage, module, u.a.access AS access, u.a.capacity_bytes AS capacity_bytes,
                sum(u.a.bytes)::BIGINT AS bytes,
                count(*)::BIGINT AS calls
         FROM lemaire_calls, UNNEST(accesses) AS u(a)
-        GROUP BY ALL ORDER BY stage, module, access""")
+        GROUP BY ALL ORDER BY rank, step, stage, module, access""")
     for column in ("synop", "mac", "ac", "acc_addr", "mac_addr"):
         calls[column] = calls[column].astype("int64")
     return calls, accesses
@@ -205,9 +205,10 @@ def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str) ->
     result.timesteps = T
 
 
-def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, timesteps=None,
-             conventions=CONVENTIONS, **options) -> LemaireActivity:
-    """Map the trace's forward calls (all stages, or `stage`) to Lemaire activity.
+def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
+             timesteps=None, conventions=CONVENTIONS, **options) -> LemaireActivity:
+    """Map the trace's forward calls (all, or those of `stage`, `step`, `rank`: a value or a
+    list each) to Lemaire activity.
 
     `conventions` limits what is mapped ("spikingjelly", "qualia"; both by default, so either
     preset costs the same activity). `timesteps` is Qualia's model.timesteps; by default the
@@ -216,7 +217,7 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     costing, in the convention it concerns."""
     if options:
         raise TypeError(f"the lemaire model takes no options {sorted(options)} "
-                        "(it takes stage, ignore_modules, compat, strict, timesteps, conventions)")
+                        "(it takes stage, step, rank, ignore_modules, compat, strict, timesteps, conventions)")
     if compat not in (None, "spikingjelly", "qualia"):
         raise ValueError(f"lemaire: unknown compat {compat!r}; choose None, 'spikingjelly' or 'qualia'")
     conventions = (conventions,) if isinstance(conventions, str) else tuple(conventions)
@@ -224,7 +225,8 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     if bad:
         raise ValueError(f"lemaire: unknown convention(s) {bad}; choose from {CONVENTIONS}")
     ignored = _ignore_names(ignore_modules)
-    call_facts(trace, _where(stage=stage), ignored)
+    where = _where(stage=stage, step=step, rank=rank)
+    call_facts(trace, where, ignored)
     _check_facts(trace)
     unsupported = _unsupported(trace, ignored)
     warnings = [f"Lemaire formulas do not support {name}; its energy is omitted." for name in unsupported]
@@ -237,10 +239,11 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     else:
         calls = pd.DataFrame(columns=["rank", "stage", "step", "module", "class_name", "call_index", "role",
                                       "synop", "mac", "ac", "acc_addr", "mac_addr"])
-        accesses = pd.DataFrame(columns=["stage", "module", "access", "capacity_bytes", "bytes", "calls"])
+        accesses = pd.DataFrame(columns=["rank", "step", "stage", "module", "access", "capacity_bytes", "bytes",
+                                         "calls"])
     result = LemaireActivity(calls, accesses, warnings, unsupported, model_has_neurons, conventions=conventions)
     if not len(trace.sql("SELECT 1 FROM lemaire_facts LIMIT 1")):
         result.warnings.append("no Linear/Conv or IF/LIF forward call was selected: the Lemaire energy is 0")
     if "qualia" in conventions:
-        qualia_activity(trace, result, timesteps=timesteps, where=_where(stage=stage))
+        qualia_activity(trace, result, timesteps=timesteps, where=where)
     return result

@@ -194,11 +194,13 @@ ORDER BY l.first_seq
 
 # Qualia's model.timesteps when the root module carries none: calls per inference of the first
 # neuron, an inference starting where the neuron's memory is still a number (just reset).
+# A call holds such a snapshot when the module's first one after the call's start (an ASOF
+# join, sort-based) comes before its end.
 QUALIA_TIMESTEPS_SQL = """
 WITH first AS (SELECT rank, module_id FROM lemaire_facts WHERE role = 'neuron' ORDER BY pre_seq LIMIT 1)
 SELECT sum(CASE WHEN f.step_mode = 'm' THEN f.x_shape[1] ELSE 1 END)::DOUBLE AS steps,
-       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM neuron_memories nm WHERE nm.rank = f.rank
-           AND nm.module_id = f.module_id AND nm.seq > f.pre_seq AND nm.seq < f.post_seq AND nm.kind <> 'tensor'))
-           AS inferences
-FROM lemaire_facts f JOIN first USING (rank, module_id)
+       count(*) FILTER (WHERE nm.seq < f.post_seq) AS inferences
+FROM (SELECT f.* FROM lemaire_facts f JOIN first USING (rank, module_id)) f
+ASOF LEFT JOIN (SELECT rank, module_id, seq FROM neuron_memories WHERE kind <> 'tensor') nm
+  ON nm.rank = f.rank AND nm.module_id = f.module_id AND nm.seq > f.pre_seq
 """

@@ -47,7 +47,7 @@ from analyze.energy.neuromc.modules import module_fragments
 from analyze.energy.neuromc.optimizer import optimizer_fragments
 from analyze.energy.neuromc.report import UNCOSTED_COLUMNS, Report, cost
 from analyze.energy.neuromc.sql import install
-from analyze.energy.neuromc.sweep import sweep_totals  # recost's bulk path for sweeps
+from analyze.energy.neuromc.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
 
 MODEL = "neuromc"
 NeuroMCCosts = Costs
@@ -55,7 +55,7 @@ NeuroMCReport = Report
 COMPAT_MODES = (None, "spikingjelly")
 
 __all__ = ["MODEL", "PRESET_UNITS", "Activity", "Costs", "MemoryInstanceSpec", "NeuroMCCosts", "NeuroMCReport",
-           "Report", "activity", "cost", "sweep_totals"]
+           "Report", "SWEEPABLE", "activity", "cost", "sweep_totals"]
 
 
 @dataclass
@@ -175,20 +175,30 @@ def _trace_part(trace, selection, spikingjelly, modules, refusals, uncosted) -> 
 
 
 def _assemble(parts: list[pd.DataFrame], traced: pd.DataFrame, selection) -> pd.DataFrame:
-    """One frame of fragment parts in SpikingJelly's order (hook fragments, then trace ones)."""
-    frames = [p.assign(order_group=0) for p in parts if len(p)] + [traced.assign(order_group=1)]
-    fragments = _selected(pd.concat(frames, ignore_index=True), *selection)
-    fragments = fragments.sort_values(["order_group", "rank", "seq", "sub"], kind="stable").reset_index(drop=True)
-    fragments["order"] = range(len(fragments))
+    """One frame of fragment parts in SpikingJelly's order (hook fragments, then trace ones).
+    Each part contributes just the fragment columns, and columns are added in place: on a
+    long trace the fragments are the largest thing mapped, so they are not copied more than
+    the sort needs."""
+    columns = list(rules.FRAGMENT_COLUMNS)
+    frames = [p.reindex(columns=columns).assign(order_group=0) for p in parts if len(p)]
+    frames.append(traced.reindex(columns=columns).assign(order_group=1))
+    fragments = pd.concat(frames, ignore_index=True)
+    del frames
+    fragments = _selected(fragments, *selection)
+    fragments = fragments.sort_values(["order_group", "rank", "seq", "sub"], kind="stable", ignore_index=True)
     fragments["fragment_id"] = fragments.groupby(["order_group", "rank", "seq", "sub"], sort=False).ngroup()
-    fragments = fragments[[*rules.FRAGMENT_COLUMNS, "fragment_id", "order"]]
+    fragments["order"] = range(len(fragments))
+    del fragments["order_group"]
     for column in ("optimizer_has_momentum", "optimizer_has_weight_decay", "optimizer_has_momentum_buffer"):
         fragments[column] = fragments[column].fillna(False).astype(bool)
     for column in (*rules.LOOP_DIMS, "G", "input_precision_bits", "weight_precision_bits", "output_precision_bits",
                    "input_numel", "weight_numel", "output_numel", "mac_count", "b_type", "t_type"):
         fragments[column] = fragments[column].astype("int64")
     fragments["module"] = fragments["module"].fillna("Global")
-    return pd.concat([fragments, extra_counts(fragments), weight_residency(fragments)], axis=1)
+    for added in (extra_counts(fragments), weight_residency(fragments)):
+        for column in added.columns:
+            fragments[column] = added[column].to_numpy()
+    return fragments
 
 
 def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, step=None, rank=None,
@@ -208,6 +218,7 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     optimizer = _optimizer_part(trace, selection, spikingjelly, refusals, uncosted)
     traced = _trace_part(trace, selection, spikingjelly, modules, refusals, uncosted)
     fragments = _assemble([modules, optimizer], traced, selection)
+    del modules, optimizer, traced
     if not len(fragments):
         refusals.append("No NeuroMC-supported runtime fragments were recognized.")
         warnings.append("no NeuroMC fragment was recognised in the selection")

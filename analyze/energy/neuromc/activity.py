@@ -62,31 +62,52 @@ def extra_counts(f: pd.DataFrame) -> pd.DataFrame:
 
 
 class _Terms:
-    """Collects memory terms as numpy column chunks and builds one frame at the end."""
+    """Collects memory terms as numpy column chunks and builds one frame at the end. Terms of
+    zero or negative bits are dropped as they come, and the text columns are kept as codes
+    (the frame's are categorical): a trace's terms are ten or so per fragment, so they are
+    the largest thing the mapper holds."""
 
     def __init__(self) -> None:
         self.chunks: list[tuple] = []
+        self.labels: dict[str, int] = {}
+
+    def _code(self, label) -> int:
+        return self.labels.setdefault(label, len(self.labels))
 
     def add(self, rows: np.ndarray, component: str, level: str, direction: str, instance, bits, weight_load: bool) -> None:
-        if len(rows):
-            instance = np.asarray(instance, dtype=object) if not isinstance(instance, str) else np.full(len(rows), instance, dtype=object)
-            self.chunks.append((rows, component, level, direction, instance, np.asarray(bits, dtype=np.int64), weight_load))
+        bits = np.broadcast_to(np.asarray(bits, dtype=np.int64), (len(rows),))
+        keep = bits > 0
+        if not keep.any():
+            return
+        rows, bits = rows[keep], bits[keep]
+        if isinstance(instance, str):
+            instances = np.full(len(rows), self._code(instance), dtype=np.int32)
+        else:
+            codes, labels = pd.factorize(np.asarray(instance, dtype=object)[keep])
+            lookup = np.array([self._code(label) for label in labels] + [-1], dtype=np.int32)
+            instances = lookup[codes]  # a missing instance (code -1) stays missing
+        self.chunks.append((rows, self._code(component), self._code(level), self._code(direction), instances, bits,
+                            weight_load))
 
     def frame(self) -> pd.DataFrame:
         if not self.chunks:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
                 MEMORY_COLUMNS, ("int64", "object", "object", "object", "object", "int64", "bool"))})
         sizes = [len(c[0]) for c in self.chunks]
-        frame = pd.DataFrame({
-            "row": np.concatenate([c[0] for c in self.chunks]),
-            "component": np.repeat([c[1] for c in self.chunks], sizes),
-            "level": np.repeat([c[2] for c in self.chunks], sizes),
-            "direction": np.repeat([c[3] for c in self.chunks], sizes),
-            "instance": np.concatenate([c[4] for c in self.chunks]),
+        categories = list(self.labels)
+
+        def text(codes: np.ndarray) -> pd.Categorical:
+            return pd.Categorical.from_codes(codes, categories=categories)
+
+        return pd.DataFrame({
+            "row": np.concatenate([c[0] for c in self.chunks]).astype(np.int32),
+            "component": text(np.repeat(np.array([c[1] for c in self.chunks], dtype=np.int32), sizes)),
+            "level": text(np.repeat(np.array([c[2] for c in self.chunks], dtype=np.int32), sizes)),
+            "direction": text(np.repeat(np.array([c[3] for c in self.chunks], dtype=np.int32), sizes)),
+            "instance": text(np.concatenate([c[4] for c in self.chunks])),
             "bits": np.concatenate([c[5] for c in self.chunks]),
             "weight_load": np.repeat([c[6] for c in self.chunks], sizes),
         })
-        return frame[frame["bits"] > 0].reset_index(drop=True)
 
 
 def _base_terms(f: pd.DataFrame, terms: _Terms) -> None:

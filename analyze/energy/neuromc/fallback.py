@@ -23,20 +23,26 @@ from analyze.energy.neuromc import rules as rules
 from analyze.energy.neuromc.gemm_queue import forward_spike_of_backward_gemms
 from analyze.energy.neuromc.modules import finish
 from analyze.energy.neuromc.sql import quoted_list
+from analyze.trace.views import record_key
 
 SIGNATURE = ("rank", "stage", "phase", "core_type", "process_key", "BT", "C", "K", "OY", "OX", "FY", "FX",
              "input_precision_bits", "weight_precision_bits", "output_precision_bits",
              "input_numel", "weight_numel", "output_numel", "mac_count", "conv_type", "b_type", "t_type")
 
-_SPIKINGJELLY_IGNORES = f"""(nmc_op_is_ignored(op, {quoted_list(rules.IGNORED_OP_PREFIXES)})
-    OR op IN {tuple(rules.AUXILIARY_OPS)})"""
+# The ops SpikingJelly ignores, decided once per distinct op (a table), not once per event.
+IGNORED_OPS = f"""SELECT op FROM (SELECT DISTINCT op FROM events)
+WHERE nmc_op_is_ignored(op, {quoted_list(rules.IGNORED_OP_PREFIXES)}) OR op IN {tuple(rules.AUXILIARY_OPS)}"""
+_SPIKINGJELLY_IGNORES = "(op IN (SELECT op FROM nmc_ignored_ops))"
 
 # Per op that may carry work: does it run inside a Conv/Linear/BN/neuron call (then it is
 # that call's work) or inside an ignored module's call (nmc_regions, modules.py).
+# Regions nest (a Sequential's call holds its children's), so an op may lie in several: a
+# range join on record keys (see record_key), linear in the ops and regions.
 EVENT_ROLES = f"""
 SELECT e.rank, e.seq, bool_or(m.kind IS NOT NULL AND NOT m.ignored) AS covered, bool_or(m.ignored) AS ignored
-FROM (SELECT rank, seq FROM events WHERE NOT {_SPIKINGJELLY_IGNORES}) e
-JOIN nmc_regions r ON r.rank = e.rank AND e.seq > r.start_seq AND e.seq < r.end_seq
+FROM (SELECT rank, seq, {record_key("rank", "seq")} AS key FROM events WHERE NOT {_SPIKINGJELLY_IGNORES}) e
+JOIN (SELECT rank, module_id, {record_key("rank", "start_seq")} AS start_key, {record_key("rank", "end_seq")} AS end_key
+      FROM nmc_regions) r ON e.key > r.start_key AND e.key < r.end_key
 JOIN nmc_modules m ON m.rank = r.rank AND m.module_id = r.module_id
 GROUP BY ALL
 """
@@ -52,11 +58,8 @@ GROUP BY ALL
 _ROLES_JOIN = """JOIN nmc_scope_roles s ON s.rank = e.rank AND s.scope_id = e.scope_id
     LEFT JOIN nmc_event_roles r ON r.rank = e.rank AND r.seq = e.seq"""
 
-TENSOR = "(SELECT u.rank, u.seq, u.role, u.position, t.shape, t.numel, t.is01, t.requires_grad FROM event_tensors u " \
-         "JOIN tensor_states t ON t.rank = u.rank AND t.tensor_id = u.tensor_id WHERE u.item IS NULL)"
-
 EVENTS_SQL = f"""
-WITH e AS (
+WITH e AS MATERIALIZED (
     SELECT e.rank, e.seq, e.step, e.op, e.stage, e.stage_id, coalesce(e.phase, 'forward') AS stage_phase,
            e.grad_enabled, e.args, json_array_length(e.args)::INTEGER AS n_args, s.module,
            coalesce(r.covered, false) AS covered, coalesce(r.ignored, false) AS ignored,
@@ -65,6 +68,11 @@ WITH e AS (
     LEFT JOIN stages o ON o.rank = e.rank AND o.stage_id = e.stage_id
     WHERE e.op IN {tuple(rules.FALLBACK_OPS)} AND coalesce(e.phase, '') <> 'optimizer'
       AND NOT (coalesce(e.phase, 'forward') = 'backward' AND e.grad_enabled)
+),
+tensor AS MATERIALIZED (  -- the tensors of these ops only, not of every op of the trace
+    SELECT u.rank, u.seq, u.role, u.position, t.shape, t.numel, t.is01, t.requires_grad
+    FROM event_tensors u JOIN tensor_states t ON t.rank = u.rank AND t.tensor_id = u.tensor_id
+    WHERE u.item IS NULL AND {record_key("u.rank", "u.seq")} IN (SELECT {record_key("rank", "seq")} FROM e)
 )
 SELECT e.*,
     x.numel AS x_numel, nmc_spike(x.is01, x.numel) AS x_spike, coalesce(x.requires_grad, false) AS x_requires_grad,
@@ -82,11 +90,11 @@ SELECT e.*,
     CASE WHEN e.op = '{rules.CONVOLUTION}' THEN json_extract(e.args, '$[8]')::BIGINT ELSE 1 END AS groups,
     CASE WHEN e.op = '{rules.CONVOLUTION}' THEN json_extract(e.args, '$[6]')::BOOLEAN ELSE false END AS transposed
 FROM e
-LEFT JOIN {TENSOR} x ON x.rank = e.rank AND x.seq = e.seq AND x.role = 'arg'
+LEFT JOIN tensor x ON x.rank = e.rank AND x.seq = e.seq AND x.role = 'arg'
      AND x.position = CASE WHEN e.op LIKE '%mm.default' THEN e.n_args - 2 ELSE 0 END
-LEFT JOIN {TENSOR} y ON y.rank = e.rank AND y.seq = e.seq AND y.role = 'arg'
+LEFT JOIN tensor y ON y.rank = e.rank AND y.seq = e.seq AND y.role = 'arg'
      AND y.position = CASE WHEN e.op LIKE '%mm.default' THEN e.n_args - 1 ELSE 1 END
-LEFT JOIN {TENSOR} o ON o.rank = e.rank AND o.seq = e.seq AND o.role = 'out' AND o.position = 0
+LEFT JOIN tensor o ON o.rank = e.rank AND o.seq = e.seq AND o.role = 'out' AND o.position = 0
 """
 
 TRAINABLE_SHAPES = """
@@ -183,6 +191,7 @@ def _batch_norm_columns(frame: pd.DataFrame, events: pd.DataFrame, forward: pd.S
 def trace_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(fragments, events): trace fragments (before deduplication) and the fallback events,
     the latter with a `mapped` flag and an `error` message for ops SpikingJelly refuses."""
+    trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_ignored_ops AS {IGNORED_OPS}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_scope_roles AS {SCOPE_SQL}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_event_roles AS {EVENT_ROLES}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_trainable_shapes AS {TRAINABLE_SHAPES}")
@@ -232,19 +241,19 @@ def drop_duplicates_of_modules(trace_frame: pd.DataFrame, module_frame: pd.DataF
 
 
 UNCOSTED_SQL = f"""
-WITH candidates AS (
-    SELECT e.rank, e.seq, e.op, e.stage, coalesce(e.phase, 'forward') AS phase, s.module
+WITH candidates AS MATERIALIZED (
+    SELECT e.rank, e.step, e.seq, e.op, e.stage, coalesce(e.phase, 'forward') AS phase, s.module
     FROM events e {_ROLES_JOIN}
     WHERE coalesce(e.phase, '') <> 'optimizer' AND NOT {_SPIKINGJELLY_IGNORES} AND {{scope}}
 ),
-volumes AS (
+volumes AS (  -- keyed on record keys: a join on rank alone of candidates and tensors is then impossible
     SELECT u.rank, u.seq,
            sum(CASE WHEN u.role <> 'out' THEN t.numel ELSE 0 END) AS input_elements,
            sum(CASE WHEN u.role <> 'out' THEN t.numel * t.element_size ELSE 0 END) AS bytes_read,
            sum(CASE WHEN u.role = 'out' THEN t.numel ELSE 0 END) AS output_elements,
            sum(CASE WHEN u.role = 'out' THEN t.numel * t.element_size ELSE 0 END) AS bytes_written
-    FROM candidates c JOIN event_tensors u ON u.rank = c.rank AND u.seq = c.seq
-    JOIN tensor_states t ON t.rank = u.rank AND t.tensor_id = u.tensor_id
+    FROM event_tensors u JOIN tensor_states t ON t.rank = u.rank AND t.tensor_id = u.tensor_id
+    WHERE {record_key("u.rank", "u.seq")} IN (SELECT {record_key("rank", "seq")} FROM candidates)
     GROUP BY ALL
 )
 SELECT c.*, coalesce(v.input_elements, 0) AS input_elements, coalesce(v.output_elements, 0) AS output_elements,

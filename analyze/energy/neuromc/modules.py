@@ -26,6 +26,7 @@ from analyze.energy.neuromc.sql import (
     quoted_list,
     rows_of_features,
     tensor_columns,
+    used_tensors,
 )
 
 KIND = f"""CASE WHEN list_has_any(mro, {quoted_list(rules.CONV_CLASSES)}) THEN 'conv'
@@ -141,12 +142,13 @@ def _forward_sql(compat: bool) -> str:
     x, out = layout("x", "multi_step"), layout("out", "multi_step")
     conv = _geometry(compat, "out")
     linear_rows = x["B"] if compat else rows_of_features("x", "multi_step")
-    x_select, x_join = tensor_columns("x", "x_id")
-    o_select, o_join = tensor_columns("out", "out_id")
+    x_select, x_join = tensor_columns("x", "x_id", "used")
+    o_select, o_join = tensor_columns("out", "out_id", "used")
     return f"""
 WITH c AS (SELECT f.*, s.kind, s.path, s.multi_step, s.weight_numel, s.groups, s.kernel, s.attributes
            FROM nmc_forward_calls f JOIN nmc_supported s USING (rank, module_id)
            WHERE NOT s.ignored AND NOT (f.stage_phase = 'backward' AND f.grad_enabled)),
+used AS ({used_tensors("c", ("x_id", "out_id"))}),
 facts AS (SELECT c.*, {x_select}, {o_select}, coalesce(o.reuse_weights, false) AS reuse
           FROM c {x_join} {o_join} LEFT JOIN stages o ON o.rank = c.rank AND o.stage_id = c.stage_id),
 laid AS (SELECT *, nmc_spike(x_is01, x_numel) AS spike, {out['spatial']} AS out_spatial,
@@ -189,15 +191,16 @@ def _backward_sql(compat: bool) -> str:
     gi = layout("grad_in", "multi_step")
     conv = _geometry(compat, "grad_out")
     linear_rows = g["B"] if compat else rows_of_features("grad_out", "multi_step")
-    g_select, g_join = tensor_columns("grad_out", "grad_out_id")
-    i_select, i_join = tensor_columns("grad_in", "grad_in_id")
-    x_select, x_join = tensor_columns("x", "x_id")
+    g_select, g_join = tensor_columns("grad_out", "grad_out_id", "used")
+    i_select, i_join = tensor_columns("grad_in", "grad_in_id", "used")
+    x_select, x_join = tensor_columns("x", "x_id", "used")
     return f"""
 WITH c AS (SELECT b.*, p.x_id, p.push_seq, s.kind, s.path, s.multi_step, s.weight_numel, s.weight_requires_grad,
                   s.groups, s.kernel, s.attributes
            FROM nmc_backward_calls b JOIN nmc_supported s USING (rank, module_id)
            LEFT JOIN nmc_pairing p USING (rank, module_id, pre_seq)
            WHERE NOT s.ignored),
+used AS ({used_tensors("c", ("grad_out_id", "grad_in_id", "x_id"))}),
 facts AS (SELECT c.*, {g_select}, {i_select}, {x_select},
                  coalesce(o.batch_norm_backward, true) AS bn_backward
           FROM c {g_join} {i_join} {x_join} LEFT JOIN stages o ON o.rank = c.rank AND o.stage_id = c.stage_id),

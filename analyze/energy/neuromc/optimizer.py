@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+# The stage a step() ran in: stages never nest (the Recorder refuses it), so it is the last
+# stage begun before the step (an ASOF join, sort-based), if it had not ended by then.
 OPTIMIZER_SQL = """
 SELECT o.rank, o.seq, o.step, o.optimizer_class, o.group_index, o.param_index, o.ndim, o.numel, o.has_grad,
        coalesce(json_extract(o.hyperparameters, '$.momentum')::DOUBLE, 0) > 0 AS has_momentum,
@@ -25,9 +27,10 @@ SELECT o.rank, o.seq, o.step, o.optimizer_class, o.group_index, o.param_index, o
        coalesce(json_extract(o.hyperparameters, '$.dampening')::DOUBLE, 0) AS dampening,
        coalesce(json_extract(o.hyperparameters, '$.maximize')::BOOLEAN, false) AS maximize,
        list_contains(o.state_keys, 'momentum_buffer') AS has_buffer,
-       coalesce(s.name, 'unlabeled') AS stage, coalesce(m.path, o.parameter, 'optimizer') AS module
+       coalesce(CASE WHEN o.seq < coalesce(s.end_seq, 9223372036854775807) THEN s.name END, 'unlabeled') AS stage,
+       coalesce(m.path, o.parameter, 'optimizer') AS module
 FROM optimizer_steps o
-LEFT JOIN stages s ON s.rank = o.rank AND o.seq > s.begin_seq AND o.seq < coalesce(s.end_seq, 9223372036854775807)
+ASOF LEFT JOIN stages s ON s.rank = o.rank AND s.begin_seq < o.seq
 LEFT JOIN modules m ON m.rank = o.rank AND m.module_id = o.module_id
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analyze.energy.neuromc import rules as rules
@@ -44,13 +45,25 @@ class Report:
     energy_by_memory_level_dir: dict[str, dict[str, float]] = field(default_factory=dict)
     counts_by_core_type: dict[str, dict[str, int]] = field(default_factory=dict)
     counts_by_process_key: dict[str, dict[str, int]] = field(default_factory=dict)
-    mapping_summary: list[dict[str, Any]] = field(default_factory=list)
+    # SpikingJelly's mapping_summary (one dict per fragment) is built when first read: on a
+    # long trace it is the largest part of the report (see the mapping_summary property)
+    summary_source: tuple | None = field(default=None, repr=False, compare=False)
     model_info: dict[str, Any] | None = None
     memory_config: Costs | None = None
     energy_by_module: dict[str, float] = field(default_factory=dict)
     # module -> {component: pJ}: mac_pj, extra_compute_pj and one <level>_memory_pj per memory level
     energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
     uncosted: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(UNCOSTED_COLUMNS)))
+    energy_by_step: dict[str, float] = field(default_factory=dict)  # recorder step -> pJ; sums to the total
+    energy_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> pJ; sums to the total
+
+    @property
+    def mapping_summary(self) -> list[dict[str, Any]]:
+        """One entry per fragment (SpikingJelly's report field), built on first use."""
+        if not isinstance(self.summary_source, list):
+            fragments, with_groups = self.summary_source or (pd.DataFrame(), False)
+            self.summary_source = mapping_summary(fragments, with_groups=with_groups)
+        return self.summary_source
 
     def to_frame(self) -> pd.DataFrame:
         """Tidy rows: breakdown (total/component/stage/op/core_type/process_key/memory/module/
@@ -61,7 +74,8 @@ class Report:
             "energy_base_memory_pj", "energy_extra_memory_pj")]
         for name, values in (("stage", self.energy_by_stage), ("op", self.energy_by_op),
                              ("core_type", self.energy_by_core_type), ("process_key", self.energy_by_process_key),
-                             ("module", self.energy_by_module)):
+                             ("module", self.energy_by_module), ("step", self.energy_by_step),
+                             ("rank", self.energy_by_rank)):
             rows += [(name, k, v, None) for k, v in values.items()]
         bits = self.memory_bits_by_level.get("by_level_dir", {})
         for level, directions in bits.items():
@@ -73,8 +87,14 @@ class Report:
         return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
 
     def to_json(self) -> dict:
-        document = {f.name: getattr(self, f.name) for f in fields(self)
-                    if f.name not in ("memory_config", "uncosted", "model_info")}
+        document = {}
+        for f in fields(self):  # in field order, mapping_summary where SpikingJelly has it
+            if f.name == "summary_source":
+                continue
+            if f.name not in ("memory_config", "uncosted", "model_info"):
+                document[f.name] = getattr(self, f.name)
+            if f.name == "counts_by_process_key":
+                document["mapping_summary"] = self.mapping_summary
         document["model_info"] = {k: list(v) if isinstance(v, tuple) else v for k, v in (self.model_info or {}).items()}
         if self.memory_config is not None:
             config = asdict(self.memory_config)
@@ -101,11 +121,16 @@ def _memory_energy(activity, costs: Costs) -> tuple[pd.DataFrame, pd.DataFrame]:
     drop = drop | ((level == "dram") & costs.zero_dram_in_paper_energy) | ((level == "noc") & costs.zero_noc_in_paper_energy) \
         | ((level == "sram") & costs.zero_sram_high_directions & direction.isin(["rl2h", "wh2l"]))
     terms = terms[~drop].copy()
-    read = terms["direction"].str.startswith("r")
-    spec = specs.reindex(terms["instance"])
-    bandwidth = spec["r_bw"].where(read.to_numpy(), spec["w_bw"]).to_numpy()
-    per_access = spec["r_cost"].where(read.to_numpy(), spec["w_cost"]).to_numpy()
-    terms["pj"] = terms["bits"].to_numpy() / bandwidth * per_access
+    read = terms["direction"].str.startswith("r").to_numpy(dtype=bool)
+    # per instance, then per term by its instance's position (an unknown instance: NaN)
+    codes, names = pd.factorize(terms["instance"])
+    spec = specs.reindex(list(names))
+
+    def per_term(read_field: str, write_field: str) -> np.ndarray:
+        return np.where(read, np.append(spec[read_field].to_numpy(float), np.nan)[codes],
+                        np.append(spec[write_field].to_numpy(float), np.nan)[codes])
+
+    terms["pj"] = terms["bits"].to_numpy() / per_term("r_bw", "w_bw") * per_term("r_cost", "w_cost")
     known = terms["instance"].isin(specs.index)
     missing = terms[~known].groupby("instance", as_index=False)["bits"].sum()
     return terms, missing
@@ -146,12 +171,17 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
     terms, missing = _memory_energy(activity, costs)
     rows = len(f)
     index = range(rows)
-    by_row = {component: terms[terms["component"] == component].groupby("row")["pj"].sum().reindex(index, fill_value=0.0)
-              for component in ("base", "extra")}
+    pj, priced = terms["pj"].to_numpy(), terms["pj"].notna().to_numpy()
+    base = (terms["component"] == "base").to_numpy()
+    by_row = {component: pd.Series(np.bincount(terms["row"].to_numpy()[priced & chosen], pj[priced & chosen],
+                                               minlength=rows), index=index)
+              for component, chosen in (("base", base), ("extra", ~base))}
     mac_pj = f["mac_count"] * f["core_type"].map(costs.mac_cost_pj).fillna(0.0) if rows else pd.Series(dtype=float)
     extra_pj = sum((f[p] * costs.extra_op_cost_pj.get(p, 0.0) for p in rules.PRIMITIVES), pd.Series(0.0, index=f.index))
-    frame = f.assign(mac_pj=mac_pj, extra_compute_pj=extra_pj, base_pj=by_row["base"].to_numpy(),
-                     extra_memory_pj=by_row["extra"].to_numpy())
+    # the columns the breakdowns read, not a copy of every fragment column
+    frame = f[["stage", "op_name", "core_type", "process_key", "module", "step", "rank", "fragment_id", "mac_count",
+               *rules.PRIMITIVES]].assign(mac_pj=mac_pj, extra_compute_pj=extra_pj, base_pj=by_row["base"].to_numpy(),
+                                          extra_memory_pj=by_row["extra"].to_numpy())
     frame["pj"] = frame["mac_pj"] + frame["extra_compute_pj"] + frame["base_pj"] + frame["extra_memory_pj"]
     uncosted = _uncosted(activity, missing, f, costs)
     warnings = list(activity.warnings)
@@ -173,8 +203,9 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         sums = frame.groupby(column, sort=False)[list(rules.PRIMITIVES)].sum()
         return {str(k): {p: int(v) for p, v in values.items()} for k, values in sums.to_dict("index").items()}
 
-    bits = terms.groupby(["level", "direction"], as_index=False, sort=False)["bits"].sum()
-    energy_terms = terms[terms["pj"].notna()].groupby(["level", "direction"], as_index=False, sort=False)["pj"].sum()
+    bits = terms.groupby(["level", "direction"], as_index=False, sort=False, observed=True)["bits"].sum()
+    energy_terms = terms["pj"].groupby([terms["level"], terms["direction"]], sort=False, observed=True).sum(
+        min_count=1).dropna().reset_index()  # only (level, direction) pairs with a priced term
     totals = {p: int(frame[p].sum()) for p in rules.PRIMITIVES} | {"mac": int(frame["mac_count"].sum())}
     energy_mac, energy_extra = float(frame["mac_pj"].sum()), float(frame["extra_compute_pj"].sum())
     energy_base, energy_extra_memory = float(frame["base_pj"].sum()), float(frame["extra_memory_pj"].sum())
@@ -200,13 +231,20 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         energy_by_memory_level_dir=_nested(energy_terms, "level", "direction", "pj", float),
         counts_by_core_type=counts_by("core_type"),
         counts_by_process_key=counts_by("process_key"),
-        mapping_summary=mapping_summary(f, with_groups=activity.compat != "spikingjelly"),
+        summary_source=(f, activity.compat != "spikingjelly"),
         model_info=dict(rules.MODEL_INFO),
         memory_config=costs,
         energy_by_module={str(k): float(v) for k, v in frame.groupby("module", sort=False)["pj"].sum().items()},
         energy_by_module_component=_module_components(frame, terms),
         uncosted=uncosted,
+        energy_by_step=_by_integer(frame, "step"),
+        energy_by_rank=_by_integer(frame, "rank"),
     )
+
+
+def _by_integer(frame: pd.DataFrame, column: str) -> dict[str, float]:
+    """pJ per fragment step or rank (every fragment, optimizer ones included, has both), in order."""
+    return {str(int(k)): float(v) for k, v in frame.groupby(column)["pj"].sum().items()}
 
 
 def _module_components(frame: pd.DataFrame, terms: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -214,11 +252,15 @@ def _module_components(frame: pd.DataFrame, terms: pd.DataFrame) -> dict[str, di
     if not len(frame):
         return {}
     parts = [frame.groupby("module", sort=False)[["mac_pj", "extra_compute_pj"]].sum().stack()]
-    priced = terms[terms["pj"].notna()]
-    if len(priced):
-        module_of = frame["module"].reset_index(drop=True)
-        by_level = priced.assign(module=priced["row"].map(module_of), part=priced["level"] + "_memory_pj")
-        parts.append(by_level.groupby(["module", "part"], sort=False)["pj"].sum())
+    priced = terms["pj"].notna().to_numpy()
+    if priced.any():  # summed per (module of the term's fragment, level) code pair: no text per term
+        module_codes, modules = pd.factorize(frame["module"].reset_index(drop=True))
+        level_codes, levels = pd.factorize(terms["level"])
+        pair = module_codes[terms["row"].to_numpy()[priced]] * len(levels) + level_codes[priced]
+        sums = np.bincount(pair, terms["pj"].to_numpy()[priced])
+        pairs, first = np.unique(pair, return_index=True)
+        parts.append({(modules[p // len(levels)], f"{levels[p % len(levels)]}_memory_pj"): sums[p]
+                      for p in pairs[np.argsort(first, kind="stable")]})
     result: dict[str, dict[str, float]] = {}
     for part in parts:
         for (module, component), pj in part.items():
@@ -237,17 +279,14 @@ def mapping_summary(f: pd.DataFrame, *, with_groups: bool) -> list[dict[str, Any
     grouped = f.groupby("fragment_id", sort=False)
     summary = grouped[first].first().join(grouped[["K", "FX", "mac_count"]].sum()).sort_values("order", kind="stable")
     dims = [*rules.LOOP_DIMS, *(["G"] if with_groups else [])]
-    entries = []
-    for r in summary.to_dict("records"):
-        entries.append({
-            "stage": r["stage"], "phase": r["phase"], "op_name": r["op_name"], "core_type": r["core_type"],
-            "process_key": r["process_key"], "input_precision_bits": int(r["input_precision_bits"]),
-            "weight_precision_bits": int(r["weight_precision_bits"]), "output_precision_bits": int(r["output_precision_bits"]),
-            "loop_dims": {d: int(r[d]) for d in dims}, "b_type": int(r["b_type"]), "t_type": int(r["t_type"]),
-            "mac_count": int(r["mac_count"]), "source": r["source"],
-            "optimizer_has_momentum": bool(r["optimizer_has_momentum"]),
-            "optimizer_has_weight_decay": bool(r["optimizer_has_weight_decay"]),
-            "optimizer_has_momentum_buffer": bool(r["optimizer_has_momentum_buffer"]),
-        })
-    return entries
-
+    # Whole columns as Python values (int, bool, str), then one dict per fragment: no per-row pandas.
+    column = {c: summary[c].astype(object if c in ("stage", "phase", "op_name", "core_type", "process_key", "source")
+                                   else bool if c.startswith("optimizer_") else "int64").tolist()
+              for c in summary.columns if c != "order"}
+    names = ("stage", "phase", "op_name", "core_type", "process_key", "input_precision_bits", "weight_precision_bits",
+             "output_precision_bits")
+    flags = ("optimizer_has_momentum", "optimizer_has_weight_decay", "optimizer_has_momentum_buffer")
+    rows = zip(*(column[c] for c in names), zip(*(column[d] for d in dims)), column["b_type"], column["t_type"],
+               column["mac_count"], column["source"], *(column[c] for c in flags))
+    return [{**dict(zip(names, r[:8])), "loop_dims": dict(zip(dims, r[8])), "b_type": r[9], "t_type": r[10],
+             "mac_count": r[11], "source": r[12], **dict(zip(flags, r[13:]))} for r in rows]

@@ -51,12 +51,20 @@ def rows_of_features(t: str, multi_step: str) -> str:
             f"ELSE prod({t}_shape[1:len({t}_shape) - 1]) END")
 
 
-def tensor_columns(alias: str, id_column: str) -> tuple[str, str]:
+def tensor_columns(alias: str, id_column: str, table: str = "tensor_states") -> tuple[str, str]:
     """(select list, join) bringing shape/numel/is01/requires_grad of tensor `id_column` as `alias`_*."""
     select = (f"{alias}.shape AS {alias}_shape, {alias}.numel AS {alias}_numel, {alias}.is01 AS {alias}_is01, "
               f"{alias}.requires_grad AS {alias}_requires_grad, {alias}.element_size AS {alias}_element_size")
-    join = f"LEFT JOIN tensor_states {alias} ON {alias}.rank = c.rank AND {alias}.tensor_id = c.{id_column}"
+    join = f"LEFT JOIN {table} {alias} ON {alias}.rank = c.rank AND {alias}.tensor_id = c.{id_column}"
     return select, join
+
+
+def used_tensors(calls: str, id_columns) -> str:
+    """SQL of the tensor states the rows of `calls` name in `id_columns`, found by a semi join:
+    joining tensor_states itself would build a hash table of every state of the trace."""
+    ids = " UNION ALL ".join(f"SELECT rank, {column} AS tensor_id FROM {calls}" for column in id_columns)
+    return (f"SELECT t.rank, t.tensor_id, t.shape, t.numel, t.is01, t.requires_grad, t.element_size FROM tensor_states t "
+            f"SEMI JOIN ({ids}) w ON w.rank = t.rank AND w.tensor_id = t.tensor_id")
 
 
 def ignored_module_condition(path_column: str, rank_column: str, ignore_names) -> str:

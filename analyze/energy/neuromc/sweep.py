@@ -37,7 +37,11 @@ def _kept_terms(activity, costs: Costs) -> pd.DataFrame:
     return terms[~drop]
 
 
-def sweep_totals(activity, base: Costs, values: Mapping[str, np.ndarray]) -> pd.DataFrame:
+# The keys sweep_totals costs in bulk; recost costs other sweeps preset by preset.
+SWEEPABLE = (*(f"memory_instances.*.{f}" for f in INSTANCE_FIELDS), "mac_cost_pj.*", "extra_op_cost_pj.*")
+
+
+def sweep_totals(activity, base: Costs, values: Mapping[str, np.ndarray], *, compat=None) -> pd.DataFrame:
     """energy_total_pj, energy_compute_pj and energy_memory_pj for each index of `values`
     (dotted keys -> equal-length arrays: memory_instances.<name>.<field>, mac_cost_pj.<core>,
     extra_op_cost_pj.<primitive>), every other parameter from `base`."""
@@ -74,8 +78,8 @@ def sweep_totals(activity, base: Costs, values: Mapping[str, np.ndarray]) -> pd.
     terms = _kept_terms(activity, base)
     terms = terms[terms["instance"].isin(names)]
     group = np.where(terms["weight_load"].to_numpy(bool), row_group[terms["row"].to_numpy()], n_groups)
-    column = np.array([names.index(i) for i in terms["instance"]], dtype=int) * 2 \
-        + (~terms["direction"].str.startswith("r").to_numpy()).astype(int)
+    column = terms["instance"].map({name: i for i, name in enumerate(names)}).to_numpy(dtype=int) * 2 \
+        + (~terms["direction"].astype(str).str.startswith("r").to_numpy(dtype=bool)).astype(int)
     bits = np.zeros((n_groups + 1, 2 * len(names)))
     np.add.at(bits, (group, column), terms["bits"].to_numpy(float))
 

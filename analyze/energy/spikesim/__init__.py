@@ -38,10 +38,10 @@ import pandas as pd
 
 from analyze.energy.spikesim import cost as formulas
 from analyze.energy.spikesim.mapper import KEEP_SETTING, Activity, map_trace
+from analyze.energy.spikesim.sweep import PJ_FIELDS as _PJ_FIELDS
+from analyze.energy.spikesim.sweep import SWEEPABLE, linear_totals  # noqa: F401 (SWEEPABLE: recost's bulk keys)
 
 MODEL = "spikesim"
-_PJ_FIELDS = ("tile_buffer_pj", "temp_buffer_pj", "sub_pj", "adc_pj", "htree_pj", "mux_pj", "mem_fetch_pj",
-              "neuron_pj", "rram_xbar_pj", "sram_xbar_pj")
 _AREA_UM2 = ("rram_xbar_um2", "sram_xbar_um2", "temp_buffer_um2", "sub_um2", "adc_um2", "htree_um2", "mux_um2")
 PRESET_UNITS: dict[str, str] = {
     "xbar_size": "1", "device": "str", "activity_mode": "str", "require_if_lif_neurons": "bool",
@@ -197,6 +197,8 @@ class Report:
     unsupported: list[dict[str, Any]] = field(default_factory=list)
     energy_by_module: dict[str, float] = field(default_factory=dict)
     energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
+    energy_by_step: dict[str, float] = field(default_factory=dict)  # recorder step -> pJ; sums to the total
+    energy_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> pJ; sums to the total
 
     def to_frame(self) -> pd.DataFrame:
         rows = [("total", "energy_total_pj", self.energy_total_pj, None, None, "pJ"),
@@ -204,6 +206,8 @@ class Report:
                 ("total", "latency_ms", None, None, self.latency_ms, "ms")]
         rows += [("component", k, v, None, None, "pJ") for k, v in self.breakdown_pj.items()]
         rows += [("stage", k, v, None, None, "pJ") for k, v in self.energy_by_stage.items()]
+        rows += [(name, k, v, None, None, "pJ") for name, values in (("step", self.energy_by_step),
+                 ("rank", self.energy_by_rank)) for k, v in values.items()]
         rows += [("area", k, None, None, v, "um2" if k.endswith("_um2") else "1") for k, v in self.area_breakdown_um2.items()]
         rows += [("count", k, None, v, None, "1") for k, v in self.counts.items()]
         rows += [("unsupported", f"{u['kind']}:{u['scope']}", None, u["calls"], u.get("macs"), "MAC")
@@ -217,18 +221,19 @@ class Report:
         return document
 
 
-def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, packed_inputs: bool = True,
-             **options) -> Activity:
-    """Map the trace's Conv2d calls (and neurons, Linear layers) of `stage` (all when None).
-    packed_inputs=False skips loading the spike maps (dense mode only then)."""
+def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
+             packed_inputs: bool = True, **options) -> Activity:
+    """Map the trace's Conv2d calls (and neurons, Linear layers) of `stage`, `step`, `rank` (a
+    value or a list each; all when None). packed_inputs=False skips loading the spike maps
+    (dense mode only then)."""
     if options:
         raise TypeError(f"the spikesim model takes no options {sorted(options)}")
     if compat not in (None, "spikingjelly"):
         raise ValueError(f"compat must be None or 'spikingjelly', got {compat!r}")
-    from analyze.counters import _ignore_names
+    from analyze.counters import _ignore_names, _where
     from analyze.counters.engine import ignored_scopes_sql
 
-    where = "true" if stage is None else "stage = '" + str(stage).replace("'", "''") + "'"
+    where = _where(stage=stage, step=step, rank=rank)
     names = _ignore_names(ignore_modules)
     listed = "[" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + "]"
     not_ignored = "" if not names else f"""AND NOT EXISTS (SELECT 1 FROM modules a WHERE a.rank = m.rank AND a.in_model
@@ -299,12 +304,15 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
         event_calls = event_calls[event_calls.index.isin(costed.index[binary])]
     counts, tiles = formulas.call_counts(costed, costs.xbar_size, event_calls, event_tiles)
     stats, metadata = formulas.stage_tables(costed, counts, tiles, costs)
+    per_call = formulas.per_call_energy(costed, counts, tiles, costs)
     if sj:
         by_stage = {s: formulas.stage_energy_spikingjelly(stats[s], metadata[s], costs) for s in stats}
     else:
-        energies = formulas.per_call_energy(costed, counts, tiles, costs).groupby(costed["scope"], sort=False).sum()
+        energies = per_call.groupby(costed["scope"], sort=False).sum()
         by_stage = {s: {**{c: float(v) for c, v in energies.loc[s].items()}, "total_pj": float(energies.loc[s].sum())}
                     for s in stats}
+    by_step, by_rank = formulas.energy_by_call_group(costed, per_call.sum(axis=1),
+                                                    {s: b["total_pj"] for s, b in by_stage.items()})
     totals: dict[str, float] = {}
     for breakdown in by_stage.values():
         for key, value in breakdown.items():
@@ -322,7 +330,7 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
         warnings.insert(0, formulas.TRAINING_MESSAGE)
     unsupported = _unsupported(calls, modules, bad_neurons)
     if not sj:
-        warnings += _extra_warnings(costed, unsupported)
+        warnings += formulas.extra_warnings(costed, unsupported)
 
     table = formulas.layers(costed)
     area = formulas.area_um2(table, costs)
@@ -352,7 +360,14 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
         unsupported=unsupported,
         energy_by_module=dict(energy_by_stage),
         energy_by_module_component={s: {k: v for k, v in b.items() if k != "total_pj"} for s, b in by_stage.items()},
+        energy_by_step=by_step,
+        energy_by_rank=by_rank,
     )
+
+
+def sweep_totals(activity: Activity, base: Costs, values, *, compat=None) -> pd.DataFrame:
+    """recost's bulk path: energy_total_pj of each preset of a sweep of pJ parameters (sweep.py)."""
+    return linear_totals(cost, activity, base, values, compat=compat)[["energy_total_pj"]]
 
 
 def _unsupported(calls: pd.DataFrame, modules: pd.DataFrame, bad_neurons: pd.DataFrame) -> list[dict]:
@@ -373,16 +388,3 @@ def _unsupported(calls: pd.DataFrame, modules: pd.DataFrame, bad_neurons: pd.Dat
                      "reason": "not an IF/LIF neuron", "calls": int(row.calls), "macs": None,
                      "output_elements": int(row.output_elements)})
     return rows
-
-
-def _extra_warnings(costed: pd.DataFrame, unsupported: list[dict]) -> list[str]:
-    extra = []
-    grad = costed[costed["grad_enabled"].astype(bool)]
-    if len(grad):
-        extra.append(f"SpikeSim: {len(grad)} Conv2d calls (first: {grad['scope'].iloc[0]}) ran with grad enabled; "
-                     "they are costed as inference (SpikingJelly refuses them: strict=True or compat='spikingjelly').")
-    for u in unsupported:
-        if u["kind"] == "linear":
-            extra.append(f"SpikeSim does not model Linear layers; not costed: {u['scope']} "
-                         f"({u['calls']} calls, {u['macs']} MACs).")
-    return extra

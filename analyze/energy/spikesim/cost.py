@@ -144,6 +144,20 @@ def per_call_energy(calls: pd.DataFrame, counts: pd.DataFrame, tiles: pd.DataFra
     }, index=calls.index).astype(float)
 
 
+def energy_by_call_group(calls: pd.DataFrame, call_pj: pd.Series, stage_pj: dict[str, float]):
+    """(pJ per recorder step, pJ per rank) of the costed calls. Each call's energy with its
+    own geometry is its share of its stage's energy; that equals the stage's energy except
+    under compat, where SpikingJelly costs a stage's summed counts with its first call's
+    geometry, so the shares are scaled to the stage's energy and still add up to it."""
+    if not len(calls):
+        return {}, {}
+    stage_sum = call_pj.groupby(calls["scope"]).transform("sum")
+    stage_total = calls["scope"].map(stage_pj).astype(float)
+    share = (call_pj * (stage_total / stage_sum.where(stage_sum != 0))).fillna(0.0)
+    return tuple({str(int(k)): float(v) for k, v in share.groupby(calls[column]).sum().items()}
+                 for column in ("step", "rank"))
+
+
 def _by_tile(lists: list[list[int]]) -> list[int] | None:
     """SpikeSimCounter's running per-tile sum: a call whose tile count differs from the list's
     sets it to None, and the next call starts a fresh list."""
@@ -261,3 +275,18 @@ def latency(table: pd.DataFrame, costs) -> dict:
     return {"pe_cycle_ns": cycle_ns, "cycles": cycles, "latency_ns": cycles * cycle_ns,
             "by_stage": {str(s): {"start_cycle": int(1 + p), "end_cycle": int(h)}
                          for s, p, h in zip(table.index, before, halts)}}
+
+
+def extra_warnings(costed: pd.DataFrame, unsupported: list[dict]) -> list[str]:
+    """Default mode's warnings beside SpikingJelly's: grad-enabled convs costed as inference,
+    Linear layers left out."""
+    extra = []
+    grad = costed[costed["grad_enabled"].astype(bool)]
+    if len(grad):
+        extra.append(f"SpikeSim: {len(grad)} Conv2d calls (first: {grad['scope'].iloc[0]}) ran with grad enabled; "
+                     "they are costed as inference (SpikingJelly refuses them: strict=True or compat='spikingjelly').")
+    for u in unsupported:
+        if u["kind"] == "linear":
+            extra.append(f"SpikeSim does not model Linear layers; not costed: {u['scope']} "
+                         f"({u['calls']} calls, {u['macs']} MACs).")
+    return extra

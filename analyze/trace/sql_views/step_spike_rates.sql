@@ -23,8 +23,10 @@ binary_calls AS (
 ),
 stacked AS (  -- per-step outputs of multi-step calls: the items of the stack that is the output
     SELECT c.rank, c.module_id, c.post_seq, u.item AS time_step, t.nnz, t.numel
-    FROM binary_calls c
-    JOIN events e ON e.rank = c.rank AND e.seq > c.pre_seq AND e.seq < c.post_seq AND e.op = 'aten.stack.default'
+    FROM binary_calls c  -- the stack ops inside the call, matched within its recorder step: a
+    -- join on rank alone with seq ranges would compare every call with every stack op of the rank
+    JOIN events e ON e.rank = c.rank AND e.step = c.step AND e.seq > c.pre_seq AND e.seq < c.post_seq
+         AND e.op = 'aten.stack.default'
     JOIN event_tensors eo ON eo.rank = e.rank AND eo.seq = e.seq AND eo.role = 'out'
     JOIN tensor_states so ON so.rank = eo.rank AND so.tensor_id = eo.tensor_id
          AND so.storage_ptr = c.storage_ptr AND so.shape = c.shape
