@@ -442,3 +442,17 @@ def test_analyze_never_imports_torch(trace_dir):
 def test_trace_repr_and_context_manager(trace_dir):
     with open_trace(trace_dir) as trace:
         assert isinstance(trace, Trace) and "ranks [0]" in repr(trace)
+
+
+def test_each_opened_trace_spills_to_its_own_capped_directory_removed_on_close(tmp_path):
+    root = tmp_path / "t"
+    writer = TraceWriter(root)
+    fill(writer)
+    writer.close()
+    with open_trace(root, max_temp_size="64MB") as trace:
+        spill = trace.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
+        assert os.path.isdir(spill) and str(os.getpid()) in os.path.basename(spill)
+        assert trace.con.execute("SELECT current_setting('max_temp_directory_size')").fetchone()[0] == "61.0 MiB"
+        with open_trace(root) as other:  # another reader of the same trace: another directory
+            assert other.con.execute("SELECT current_setting('temp_directory')").fetchone()[0] != spill
+    assert not os.path.exists(spill)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import duckdb
@@ -41,7 +43,8 @@ def accepts_path(function):
     return wrapper
 
 
-def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str = "1GB") -> Trace:
+def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str = "1GB",
+               max_temp_size: str = "8GB") -> Trace:
     """Open and check the trace at `path`; raises TraceError naming the file at fault."""
     root = Path(path)
     manifests = read_manifests(root)
@@ -59,7 +62,8 @@ def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str =
     if len(manifests) < world_size:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
     parts = find_parts(root, manifests, warnings)
-    return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit)
+    return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
+                 max_temp_size=max_temp_size)
 
 
 class Trace:
@@ -67,7 +71,7 @@ class Trace:
 
     def __init__(
         self, path: Path, manifests: dict[int, dict], parts: dict[str, list[Part]], warnings: list[str], *,
-        threads: int = 2, memory_limit: str = "1GB",
+        threads: int = 2, memory_limit: str = "1GB", max_temp_size: str = "8GB",
     ) -> None:
         self.path = path
         self.manifests = manifests
@@ -89,7 +93,13 @@ class Trace:
         # Range joins (record_key) stay IEJoins: below 1,000 rows on a side DuckDB would pick
         # a piecewise merge join, which compares that side's rows with every row of the other.
         self.con.execute("SET merge_join_threshold = 0")
-        self.con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'spiketrace-duckdb'}'")
+        # What does not fit in memory_limit spills to a directory of this Trace's own, capped
+        # at max_temp_size (a query needing more fails with DuckDB's message naming the limit),
+        # and removed on close, or when the Trace is collected, so nothing is left behind.
+        self._spill = tempfile.mkdtemp(prefix=f"spiketrace-duckdb-{os.getpid()}-")
+        self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
+        self.con.execute(f"SET temp_directory = '{self._spill}'")
+        self.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
         create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
 
     def __repr__(self) -> str:
@@ -163,6 +173,7 @@ class Trace:
 
     def close(self) -> None:
         self.con.close()
+        self._remove_spill()
 
     def __enter__(self) -> Trace:
         return self
