@@ -14,20 +14,30 @@
    per second written end to end.
 3. Tiny ops: a loop of `x = x + 1` on 16 elements under one Recorder; events/s per window of
    100k events up to `--tiny-events`, beside a bare pass-through TorchDispatchMode.
+4. Steps a schedule does not record: the median paired ratio of the CPU time of a step under a
+   Recorder whose schedule leaves it alone (skip_first beyond the run) to a plain step's, for
+   a small spiking MLP (small ops: a per-op cost would show) and the workloads.
+5. Memory per buffered event, after warm-up steps, over `--memory-steps` recorded steps with
+   no flush: resident memory (RSS) the process gains per event (noisy: the allocator reuses
+   freed activations), the Python memory allocated and still held per event (tracemalloc:
+   the buffers), and the writer's own estimate (what `flush_bytes` is compared with).
 
 Targets (issue 2): full capture <= 1.5x plain on the conv workloads, <= 2x on the MLP;
-<= 32 B/event; >= 100k events/s on tiny ops, flat up to 1M events.
+<= 32 B/event; >= 100k events/s on tiny ops, flat up to 1M events. (Issue 10) unrecorded steps
+<= 1.10x plain; the writer's estimate within 2x of the RSS it costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import torch
@@ -36,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.workloads import make, train_step  # noqa: E402
-from capture import Recorder  # noqa: E402
+from capture import Recorder, schedule  # noqa: E402
 
 
 class PassThrough(TorchDispatchMode):
@@ -154,6 +164,81 @@ def tiny_ops(total: int, window: int, scratch: Path) -> tuple[list[float], float
     return rates, passthrough
 
 
+def cpu_timed(fn, steps: int) -> float:
+    """CPU seconds of this process per step (less disturbed than wall time on a shared machine)."""
+    gc.collect()
+    start = time.process_time()
+    fn()
+    return (time.process_time() - start) / steps
+
+
+def small():
+    """A small spiking MLP (16-32-10, T=4, batch 4): tiny ops, where any per-op cost shows."""
+    from spikingjelly.activation_based import functional, layer, neuron
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(layer.Linear(16, 32), neuron.LIFNode(), layer.Linear(32, 10))
+    functional.set_step_mode(net, "m")
+    x = (torch.rand(4, 4, 16) < 0.3).float()
+    target = torch.randint(0, 10, (4,))
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    return net, x, target, lambda out, y: torch.nn.functional.cross_entropy(out.mean(0), y), opt
+
+
+def unrecorded_ratio(name: str, rounds: int, steps: int, scratch: Path) -> float:
+    """Median paired ratio of CPU time: a step under a Recorder whose schedule does not record
+    it / a plain step."""
+    net, x, target, loss_fn, opt = small() if name == "small" else make(name)
+
+    def plain():
+        for _ in range(steps):
+            train_step(net, x, target, loss_fn, opt)
+
+    ratios = []
+    with Recorder(scratch / "unrecorded", model=net, optimizer=opt, schedule=schedule(skip_first=10**9)) as recorder:
+
+        def scheduled():
+            for _ in range(steps):
+                train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+                recorder.step()
+
+        for round_index in range(rounds + 2):
+            first, second = (plain, scheduled) if round_index % 2 else (scheduled, plain)
+            a, b = cpu_timed(first, steps), cpu_timed(second, steps)
+            base, value = (a, b) if first is plain else (b, a)
+            if round_index >= 2:
+                ratios.append(value / base)
+    shutil.rmtree(scratch / "unrecorded")
+    return statistics.median(ratios)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_per_event(name: str, steps: int, scratch: Path) -> tuple[float, float, float, int]:
+    """(RSS bytes gained per buffered event, Python bytes allocated and kept per buffered event
+    (tracemalloc), the writer's estimate per event, events), after warm-up steps."""
+    net, x, target, loss_fn, opt = make(name)
+    with Recorder(scratch / "memory", model=net, optimizer=opt, flush_events=10**9, flush_bytes=1 << 50) as recorder:
+        for step in range(steps + 3):
+            train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+            recorder.step()
+            if step == 2:  # after warm-up: the first steps' one-off allocations are not per event
+                gc.collect()
+                tracemalloc.start()
+                rss, events, estimate = rss_bytes(), len(recorder.writer.tables["events"]), recorder.writer.buffered_bytes_estimate()
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        gained = len(recorder.writer.tables["events"]) - events
+        result = ((rss_bytes() - rss) / gained, kept / gained,
+                  (recorder.writer.buffered_bytes_estimate() - estimate) / gained, gained)
+    shutil.rmtree(scratch / "memory")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
@@ -162,6 +247,7 @@ def main() -> None:
     parser.add_argument("--steps-per-sample", type=int, default=2)
     parser.add_argument("--size-steps", type=int, default=20)
     parser.add_argument("--tiny-events", type=int, default=1_000_000)
+    parser.add_argument("--memory-steps", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(2)
     scratch = Path(tempfile.mkdtemp(prefix="spiketrace-bench-"))
@@ -181,6 +267,17 @@ def main() -> None:
     for name in names:
         per_event, rate, events, flush = trace_size(name, args.size_steps, scratch)
         print(f"| {name} | {events} | {per_event:.1f} | {rate:,.0f} | {flush:.1f} |", flush=True)
+    print("\n## Steps a schedule does not record, and memory per buffered event\n")
+    print("| workload | unrecorded step / plain step (median ratio) | RSS B per buffered event "
+          "| Python B kept per buffered event | writer estimate B/event | events |")
+    print("|---|---|---|---|---|---|")
+    small_ratio = unrecorded_ratio("small", 3 * args.rounds, 10, scratch)
+    print(f"| small (16-32-10 spiking MLP, batch 4) | {small_ratio:.3f}x | | | | |", flush=True)
+    for name in names:
+        ratio = unrecorded_ratio(name, args.rounds, args.steps_per_sample, scratch)
+        rss, kept, estimate, events = memory_per_event(name, args.memory_steps, scratch)
+        print(f"| {name} | {ratio:.3f}x | {rss:,.0f} | {kept:,.0f} | {estimate:,.0f} | {events} |", flush=True)
+    print("(RSS moves with the allocator's reuse of freed activations; the Python bytes are what the buffers hold)")
     if args.tiny_events:
         window = min(100_000, args.tiny_events)
         rates, passthrough = tiny_ops(args.tiny_events, window, scratch)

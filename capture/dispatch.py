@@ -9,9 +9,15 @@ The op's real result is returned whatever happens while recording it: a failure 
 capture is counted in the manifest's `degraded` list (capture/failures.py), never raised.
 Rows that refer to each other are appended only once nothing can fail between them, so a
 failure leaves no event_tensors row without its event and no op_stats row half written.
+
+Under `torch.inference_mode()` composite ops arrive whole; while recording, the mode runs
+them through their decomposition (capture/decompositions.py), so it records what `no_grad`
+records.
 """
 
 from __future__ import annotations
+
+from array import array
 
 import torch
 from torch.overrides import resolve_name
@@ -20,12 +26,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from capture.arguments import encode_call
 from capture.context import RecordingContext
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
-from capture.tensors import excluded_from_modes, immediate_stats
+from capture.tensors import excluded_from_modes, has_values, immediate_stats
 from capture.propagation import PROPAGATION
+from capture.collectives import COLLECTIVES, collective_outputs, collective_row
+from capture.decompositions import decomposition_plan, may_decompose, run_decomposed
+from capture.tracker import in_recomputation
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 from schemas.tables import TABLES
 
 _op_names: dict = {}
+_NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (capture/collectives.py)
 _written_arguments: dict = {}
 
 
@@ -65,7 +75,7 @@ def pack_bits(t: torch.Tensor) -> torch.Tensor:
 
 
 _EVENT_COLUMNS = ("seq", "op", "step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
-                  "scope_id", "args", "kwargs", "out")
+                  "scope_id", "args", "kwargs", "out", "recompute")
 _USE_COLUMNS = ("seq", "k", "role", "position", "name", "item", "tensor_id")
 if set(_EVENT_COLUMNS) != set(TABLES["events"].names) or set(_USE_COLUMNS) != set(TABLES["event_tensors"].names):
     raise AssertionError("capture.dispatch column lists are out of step with schemas.tables")
@@ -76,11 +86,19 @@ class RecordingMode(TorchDispatchMode):
         super().__init__()
         self.context = context
         self.ops = ops
+        self._redispatching: set = set()  # custom ops now inside their own autograd kernel
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)  # the user's op: its own errors are the user's, raised as ever
         context = self.context
+        if context.recording and may_decompose(func):
+            plan = self._plan(func, args, kwargs)
+            if plan is not None:
+                with self:  # the decomposed ops reach this mode again and are recorded
+                    out = run_decomposed(plan, func, args, kwargs, self._redispatching)
+                if out is not NotImplemented:
+                    return out
+        out = func(*args, **kwargs)  # the user's op: its own errors are the user's, raised as ever
         if context.recording:
             with context.lock, excluded_from_modes():
                 try:
@@ -88,6 +106,13 @@ class RecordingMode(TorchDispatchMode):
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
                     context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
         return out
+
+    def _plan(self, func, args, kwargs):
+        try:
+            return decomposition_plan(func, args, kwargs, self._redispatching)
+        except Exception as exc:  # noqa: BLE001 - a capture failure: the op is recorded as it comes
+            self.context.report_failure("dispatch", _safe_op_name(func), exc, self.context.seq)
+            return None
 
 
 class OpLog:
@@ -104,10 +129,16 @@ class OpLog:
         self._event_appends = [self.events[name].append for name in _EVENT_COLUMNS]
         self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
         self._use_seqs = self.uses["seq"]
-        self.pending_stats: list[tuple[int, torch.Tensor]] = []
+        self._strings: dict[str, str] = {}  # argument JSON repeats from step to step: one object each
+        # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
+        # whether its condition held (None: it did), both fetched at the next flush.
+        self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
         self.pending_packed: list[tuple[int, torch.Tensor]] = []
-        # (id(weight), version) -> is01 for the expensive both-binary check off CPU.
-        self._weight_binary: dict[tuple[int, int], bool] = {}
+        # The both-binary check of a weight: (id, version) -> is01 on CPU, or the 0-dim bool
+        # computing it on a device; on a device, (id, shape) -> is01 as last fetched.
+        self._weight_binary: dict[tuple[int, int], bool | torch.Tensor] = {}
+        self._weight_checks: list[tuple[tuple, torch.Tensor]] = []
+        self._weight_fetched: dict[tuple, bool] = {}
 
     def record(self, func, args, kwargs, out) -> None:
         context = self.context
@@ -117,7 +148,8 @@ class OpLog:
         context.current_record = name
         args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out)
 
-        written_positions, written_names = written_arguments(func)
+        collective = name in COLLECTIVES
+        written_positions, written_names = collective_outputs(name, func) if collective else written_arguments(func)
         propagate = PROPAGATION.get(name)
         u = self._use_appends
         uses_before = len(self._use_seqs)
@@ -126,7 +158,7 @@ class OpLog:
             for k, (t, role, position, key, item) in enumerate(tensors):
                 tensor_id = described.get(id(t))
                 if tensor_id is None:
-                    known = None
+                    known = _NOT_SCANNED if collective else None
                     if propagate is not None and role == "out" and t is out:
                         known = _propagated(propagate, args, kwargs, out, registry.stats_of)
                     written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
@@ -146,14 +178,31 @@ class OpLog:
             e[3](None); e[4]("unlabeled"); e[5](None)
         else:
             e[3](stage.stage_id); e[4](stage.name); e[5](stage.phase)
-        e[6](torch.is_grad_enabled()); e[7](torch._C._current_graph_task_id() != -1)
+        grad_enabled, in_backward = torch.is_grad_enabled(), torch._C._current_graph_task_id() != -1
+        recompute = in_backward and in_recomputation(grad_enabled)
+        e[6](grad_enabled); e[7](in_backward)
         e[8](thread); e[9](scope_id)
-        e[10](args_json); e[11](kwargs_json); e[12](out_json)
+        strings = self._strings
+        if len(strings) > 65536:
+            strings.clear()
+        e[10](strings.setdefault(args_json, args_json)); e[11](strings.setdefault(kwargs_json, kwargs_json))
+        e[12](strings.setdefault(out_json, out_json)); e[13](recompute)
+
+        if collective:
+            self._collective(seq, name, func, args, kwargs, out)
 
         if name in OP_STATISTICS:
             self._op_statistics(name, seq, args, out)
         context.snapshot_memories(seq)
         context.writer.maybe_flush()
+
+    def _collective(self, seq: int, name: str, func, args, kwargs, out) -> None:
+        try:
+            row = collective_row(name, func, args, kwargs, out)
+        except Exception as exc:  # noqa: BLE001 - the event stays; its collectives row is lost
+            self.context.report_failure("statistics", f"collective of {name}", exc, seq)
+            return
+        self.context.writer.tables["collectives"].append(seq=seq, **row)
 
     # -- per-op scalars ----------------------------------------------------------------------
     def _binary(self, t) -> bool | None:
@@ -163,19 +212,32 @@ class OpLog:
         stats = self.context.registry.stats_of(t)
         return None if stats is None else bool(stats[1])
 
-    def _weight_is_binary(self, w: torch.Tensor) -> bool:
+    def _weight_is_binary(self, w: torch.Tensor) -> bool | torch.Tensor:
+        """Is the weight 0/1? On CPU a bool, read at once. On a device (or deferred) no wait:
+        False when the last fetched check of this weight object said no (a statistic is then
+        not taken until a fetched check says yes again), else a 0-dim bool on the device, the
+        condition of a statistic taken speculatively and dropped at flush if it was False."""
         key = (id(w), w._version)
         known = self._weight_binary.get(key)
         if known is None:
-            with torch.no_grad():
-                known = immediate_stats(w)[1]  # waits on the device: once per weight version
             if len(self._weight_binary) > 4096:
                 self._weight_binary.clear()
+            with torch.no_grad():
+                if w.device.type == "cpu" and not self.context.defer_statistics:
+                    known = immediate_stats(w)[1]
+                else:
+                    known = ((w == 0) | (w == 1)).all()
+                    self._weight_checks.append(((id(w), tuple(w.shape)), known))
             self._weight_binary[key] = known
+        if isinstance(known, torch.Tensor) and self._weight_fetched.get((id(w), tuple(w.shape))) is False:
+            return False
         return known
 
     def _op_statistics(self, name: str, seq: int, args, out) -> None:
         operands, statistic_names = OP_STATISTICS[name]
+        tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
+        if not all(t.layout is torch.strided and has_values(t) for t in tensors):
+            return  # values that cannot be read (a freed storage): the statistics are not taken
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.context.keep_binary_inputs
         with torch.no_grad():
@@ -186,9 +248,13 @@ class OpLog:
                     needed = flags[:1] if condition == "x_binary" else flags
                     if any(flag is False for flag in needed):
                         continue
-                    if stat in EXPENSIVE and flags[-1] is None and not self._weight_is_binary(args[operands[-1].position]):
-                        continue
-                    self._append_stat(seq, stat, STATISTIC_FUNCTIONS[stat](args, out))
+                    valid = None
+                    if stat in EXPENSIVE and flags[-1] is None:
+                        valid = self._weight_is_binary(args[operands[-1].position])
+                        if valid is False:
+                            continue
+                        valid = valid if isinstance(valid, torch.Tensor) else None
+                    self._append_stat(seq, stat, STATISTIC_FUNCTIONS[stat](args, out), valid)
                 except Exception as exc:  # noqa: BLE001 - see the module docstring
                     self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
             if keep:
@@ -199,7 +265,7 @@ class OpLog:
                         except Exception as exc:  # noqa: BLE001
                             self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
 
-    def _append_stat(self, seq: int, stat: str, value) -> None:
+    def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None) -> None:
         columns = self.op_stats
         pending = isinstance(value, torch.Tensor) and (value.device.type != "cpu" or self.context.defer_statistics)
         if not pending:
@@ -207,7 +273,7 @@ class OpLog:
         columns["seq"].append(seq)
         columns["stat"].append(stat)
         if pending:
-            self.pending_stats.append((len(columns["value"]), value))
+            self.pending_stats.append((len(columns["value"]), value, valid))
             columns["value"].append(None)
         else:
             columns["value"].append(value)
@@ -227,19 +293,40 @@ class OpLog:
         columns["bits"].append(data)
 
     def resolve_pending(self, _writer=None) -> None:
-        """Fetch device-side op statistics and packed inputs (a before-flush hook)."""
-        by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-        for row, value in self.pending_stats:
-            by_device.setdefault(value.device, []).append((row, value))
+        """Fetch device-side op statistics, their conditions, the weight checks and packed
+        inputs, one transfer per device (a before-flush hook); drop statistics whose
+        condition did not hold."""
+        by_device: dict[torch.device, list] = {}
+        for row, value, valid in self.pending_stats:
+            by_device.setdefault(value.device, []).append((row, value, valid))
+        dropped = set()
         with excluded_from_modes():
             for items in by_device.values():
-                values = torch.stack([v.double() for _, v in items]).cpu().tolist()
-                for (row, _), value in zip(items, values):
+                ones = items[0][1].new_ones((), dtype=torch.float64)
+                fetched = torch.stack([v.double() for _, v, _ in items] + [
+                    ones if valid is None else valid.double() for _, _, valid in items]).cpu().tolist()
+                for (row, _, _), value, holds in zip(items, fetched, fetched[len(items):]):
                     self.op_stats["value"][row] = value
+                    if not holds:
+                        dropped.add(row)
+            if len(self._weight_fetched) > 4096:
+                self._weight_fetched.clear()
+            checks: dict[torch.device, list] = {}
+            for key, flag in self._weight_checks:
+                checks.setdefault(flag.device, []).append((key, flag))
+            for items in checks.values():
+                for (key, _), binary in zip(items, torch.stack([flag for _, flag in items]).cpu().tolist()):
+                    self._weight_fetched[key] = bool(binary)
             for row, bits in self.pending_packed:
                 self.packed["bits"][row] = _to_bytes(bits.cpu())
+        if dropped:
+            for column in self.op_stats.values():
+                kept = [v for i, v in enumerate(column) if i not in dropped]
+                column[:] = array(column.typecode, kept) if isinstance(column, array) else kept
         self.pending_stats.clear()
         self.pending_packed.clear()
+        self._weight_checks.clear()
+        self._weight_binary = {k: v for k, v in self._weight_binary.items() if not isinstance(v, torch.Tensor)}
 
 
 def _propagated(propagate, args, kwargs, out, known):

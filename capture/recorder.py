@@ -9,15 +9,24 @@
             loss.backward()
         with rec.stage("optimizer"):
             opt.step()
+        rec.step()
 
 Stage options are SpikingJelly 2.0.0 NeuroMC's (`phase`, `reuse_weights`,
-`batch_norm_backward`). A phase not given is inferred from the name as the seed profiler did
-("backward" in the name, "optimizer"/"update", else forward), and its legacy tokens `b<N>`,
-`t<N>` and `without_bp_bn` are honoured.
+`batch_norm_backward`). A phase not given is inferred from the stage name's words
+(capture/stages.py: "bwd", "backprop", "sgd_step", ...); a name that does not say its phase
+is refused unless `phase=` is given.
 
-Misuse of this API (nested stages, a stage or step outside the context, a path holding other
-data) raises at once. A failure of the capture itself never reaches the user's code: it is
-counted in the manifest's `degraded` list and the run goes on (capture/failures.py).
+`schedule=` (capture/schedules.py, torch.profiler.schedule's arguments) picks the recorded
+steps. Between them nothing of the capture is in torch: the dispatch mode and the module
+hooks are taken out at the step boundary and put back before the next warm-up or recorded
+step, so such a step costs what a plain step costs. `on_trace_ready(path)` is called after
+each recorded cycle's data is flushed, and at close for a cycle still open (or, without a
+schedule, once at close).
+
+Misuse of this API (nested stages, a stage or step outside the context, a stage name without
+a phase, a path holding other data) raises at once. A failure of the capture itself never
+reaches the user's code: it is counted in the manifest's `degraded` list and the run goes on
+(capture/failures.py).
 
 The recorder owns the parts (writer, registry, catalog, tracker, op and optimizer logs) and
 hands them the state they share as one RecordingContext (capture/context.py).
@@ -28,60 +37,28 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import threading
 import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from capture.compiled import CompileWatch
 from capture.context import RecordingContext, Stage
 from capture.dispatch import OpLog, RecordingMode
 from capture.modules import ModuleCatalog
 from capture.optimizers import OptimizerLog
+from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
+from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
 from capture.tensors import TensorRegistry, excluded_from_modes
 from capture.tracker import ScopeTracker
 from capture.writer import TraceWriter
 
+__all__ = ["PHASES", "Recorder", "RecorderError", "infer_phase", "schedule"]
+
 _BOUND_MODELS: "weakref.WeakKeyDictionary[torch.nn.Module, Recorder]" = weakref.WeakKeyDictionary()
-_LEGACY_B = re.compile(r"(?:^|[^a-z0-9])b(\d+)(?:[^a-z0-9]|$)")
-_LEGACY_T = re.compile(r"(?:^|[^a-z0-9])t(\d+)(?:[^a-z0-9]|$)")
-PHASES = ("forward", "backward", "optimizer")
-
-
-class RecorderError(RuntimeError):
-    """The recorder was used in a way it cannot honour."""
-
-
-def schedule(*, skip_first: int = 0, wait: int = 0, active: int = 1, repeat: int = 0) -> Callable[[int], bool]:
-    """Which steps to record, like torch.profiler.schedule: skip `skip_first` steps, then
-    cycles of `wait` unrecorded and `active` recorded steps, `repeat` cycles (0 = forever)."""
-    if min(skip_first, wait, repeat) < 0 or active < 1:
-        raise ValueError("schedule: skip_first, wait and repeat must be >= 0 and active >= 1")
-
-    def records(step: int) -> bool:
-        if step < skip_first:
-            return False
-        cycle, position = divmod(step - skip_first, wait + active)
-        return (repeat == 0 or cycle < repeat) and position >= wait
-
-    records.description = {"skip_first": skip_first, "wait": wait, "active": active, "repeat": repeat}
-    return records
-
-
-def infer_phase(name: str) -> str:
-    lowered = name.lower()
-    if "backward" in lowered:
-        return "backward"
-    if "optimizer" in lowered or "update" in lowered:
-        return "optimizer"
-    return "forward"
-
-
-def _legacy_index(pattern: re.Pattern, name: str) -> int | None:
-    match = pattern.search(name.lower())
-    return int(match.group(1)) if match else None
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -100,7 +77,13 @@ def _device_of(model: torch.nn.Module | None) -> str:
 
 
 class Recorder:
-    """Records a run into the trace directory `path` while the context is open."""
+    """Records a run into the trace directory `path` while the context is open.
+
+    `schedule`: which steps to record (capture.schedule(...), torch.profiler.schedule(...), or
+    any `step -> bool`); None records every step. `on_trace_ready(path)`: called after each
+    recorded cycle of the schedule was flushed to the trace, and at a clean close for a cycle
+    still open (without a schedule: once, at close). See the module docstring.
+    """
 
     def __init__(
         self,
@@ -114,6 +97,7 @@ class Recorder:
         flush_events: int = 200_000,
         flush_bytes: int = 256 << 20,
         schedule: Callable[[int], bool] | None = None,
+        on_trace_ready: Callable[[str], None] | None = None,
         metadata: dict | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -129,6 +113,7 @@ class Recorder:
         self.flush_events = flush_events
         self.flush_bytes = flush_bytes
         self.schedule = schedule
+        self.on_trace_ready = on_trace_ready
         self.metadata = metadata or {}
         default_rank, default_world = _rank_and_world()
         self.rank = default_rank if rank is None else rank
@@ -136,8 +121,10 @@ class Recorder:
         self.active = False
         self.context: RecordingContext | None = None  # built when the context opens
         self._suspended = 0
-        self._stage_options: dict[str, tuple] = {}
-        self._next_stage_id = 0
+        self._stages = StageBook()
+        self._action = NONE  # the schedule's action for the current step (capture/schedules.py)
+        self._installed = False  # the dispatch mode and module hooks are in torch
+        self._unreported = False  # recorded steps since on_trace_ready was last called
         self._underflows: dict[int, dict] = {}  # module_id -> manifest entry (tracker_underflows)
 
     # The state the API changes lives in the context, where the per-op path reads it.
@@ -173,7 +160,7 @@ class Recorder:
             "defer_statistics": self.defer_statistics,
             "flush_events": self.flush_events,
             "flush_bytes": self.flush_bytes,
-            "schedule": getattr(self.schedule, "description", None if self.schedule is None else repr(self.schedule)),
+            "schedule": describe(self.schedule),
         }
         import capture
 
@@ -196,6 +183,11 @@ class Recorder:
         tables = self.writer.tables
         self.writer.manifest["tracker_underflows"] = []
         self._underflows = {}
+        self.compiled = CompileWatch(
+            self.writer.manifest, self.path, lambda site, what, exc: self.writer.failures.report(site, what, exc)
+        )
+        if self.model is not None:
+            self.compiled.model(self.model)
         self.catalog = ModuleCatalog(tables["modules"])
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
         context = self.context = RecordingContext(
@@ -220,42 +212,77 @@ class Recorder:
         self.mode = RecordingMode(context, self.ops)
         for optimizer in self.optimizers:
             self.optimizer_log.bind(optimizer)
-        self.tracker.__enter__()
-        self.mode.__enter__()
         self.active = True
-        self._update_recording()
+        self._action = step_action(self.schedule, 0)
+        self._apply_action()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.active = False
         self.context.recording = False
         try:
-            self.mode.__exit__(None, None, None)
+            if self._installed:
+                self.compiled.frames()
+                self.mode.__exit__(None, None, None)
         finally:
-            self.tracker.__exit__()
+            self._installed = False
+            self.tracker.__exit__()  # its hooks out of torch, every grad hook released
             self.optimizer_log.unbind()
             if self.model is not None and _BOUND_MODELS.get(self.model) is self:
                 del _BOUND_MODELS[self.model]
             if exc_type is not None:
                 self.writer.manifest["error"] = f"{exc_type.__name__}: {exc}"
             self.writer.close("complete" if exc_type is None else "failed")  # never raises
+        if exc_type is None and self._unreported and self.on_trace_ready is not None:
+            self._unreported = False
+            self.on_trace_ready(self.path)  # the user's callback: its errors are the user's
 
     def _write_steps(self, writer) -> None:
         writer.manifest["steps_recorded"] = len(self.context.steps_recorded)
 
     # -- recording state ----------------------------------------------------------------------
     def _update_recording(self) -> None:
-        in_schedule = self.schedule is None or self.schedule(self.step_index)
-        self.context.recording = self.active and not self._suspended and in_schedule and not self.writer.failed
+        self.context.recording = (
+            self.active and not self._suspended and self._action in RECORDED and not self.writer.failed
+        )
+
+    def _apply_action(self) -> None:
+        """Put the capture into torch for a warm-up or recorded step, take it out otherwise."""
+        if self._action != NONE and not self._installed:
+            self.tracker.resume()
+            self.mode.__enter__()
+            self._installed = True
+            self.compiled.frames_from_now()
+        elif self._action == NONE and self._installed and _get_current_dispatch_mode() is self.mode:
+            # (A mode the user entered after opening the recorder sits above ours: then ours
+            # stays in, and only records nothing.)
+            self.compiled.frames()
+            self.mode.__exit__(None, None, None)
+            self.tracker.pause()
+            self._installed = False
+        if self._action in RECORDED:
+            self._unreported = True
+        self._update_recording()
 
     def step(self) -> None:
-        """Advance the step index; the schedule decides whether the new step is recorded."""
+        """End the current step: the schedule decides what the next one does (record it, warm
+        up, or leave torch alone); a recorded cycle that ends is flushed and reported to
+        `on_trace_ready`."""
         if not self.active:
             raise RecorderError("step() called outside the Recorder context")
         if self.current_stage is not None:
             raise RecorderError(f"step() called inside stage {self.current_stage.name!r}")
+        self.tracker.end_step()
+        ended = self._action
         self.context.step_index += 1
-        self._update_recording()
+        self._action = step_action(self.schedule, self.context.step_index)
+        if ended in RECORDED and (ended == RECORD_AND_SAVE or self._action not in RECORDED):
+            self.context.recording = False
+            self.writer.flush()  # never raises
+            if self.on_trace_ready is not None:
+                self._unreported = False
+                self.on_trace_ready(self.path)  # the user's callback: its errors are the user's
+        self._apply_action()
 
     @contextmanager
     def suspend(self) -> Iterator["Recorder"]:
@@ -282,49 +309,17 @@ class Recorder:
             raise RecorderError(f"stage({name!r}) used outside the Recorder context")
         if self.current_stage is not None:
             raise RecorderError(f"stage({name!r}) opened inside stage {self.current_stage.name!r}; stages do not nest")
-        stage = self._make_stage(name, phase, reuse_weights, batch_norm_backward)
-        self._stage_marker("begin", stage)
+        stage = self._stages.open(name, phase, reuse_weights, batch_norm_backward)
+        marked = self._action in RECORDED and not self.writer.failed  # markers for recorded steps only
+        if marked:
+            write_marker(self.context, "begin", stage)
         self.context.current_stage = stage
         try:
             yield self
         finally:
             self.context.current_stage = None
-            self._stage_marker("end", stage)
-
-    def _make_stage(self, name, phase, reuse_weights, batch_norm_backward) -> Stage:
-        if phase is not None and phase not in PHASES:
-            raise ValueError(f"stage({name!r}): phase must be one of {PHASES}, got {phase!r}")
-        b_index, t_index = _legacy_index(_LEGACY_B, name), _legacy_index(_LEGACY_T, name)
-        options = (
-            phase or infer_phase(name),
-            bool((b_index or 0) > 0 or (t_index or 0) > 0) if reuse_weights is None else bool(reuse_weights),
-            ("without_bp_bn" not in name.lower()) if batch_norm_backward is None else bool(batch_norm_backward),
-        )
-        if self._stage_options.setdefault(name, options) != options:
-            raise ValueError(f"stage {name!r} was reused with different options: {self._stage_options[name]} then {options}")
-        stage = Stage(self._next_stage_id, name, options[0], "explicit" if phase else "inferred", options[1], options[2], b_index, t_index)
-        self._next_stage_id += 1
-        return stage
-
-    def _stage_marker(self, kind: str, stage: Stage) -> None:
-        context = self.context
-        with context.lock:
-            try:
-                context.writer.tables["stage_markers"].append(
-                    seq=context.take_seq(),
-                    kind=kind,
-                    stage_id=stage.stage_id,
-                    name=stage.name,
-                    phase=stage.phase,
-                    phase_source=stage.phase_source,
-                    reuse_weights=stage.reuse_weights,
-                    batch_norm_backward=stage.batch_norm_backward,
-                    b_index=stage.b_index,
-                    t_index=stage.t_index,
-                    step=context.step_index,
-                )
-            except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
-                context.report_failure("stage", stage.name, exc, context.seq - 1)
+            if marked:
+                write_marker(self.context, "end", stage)
 
     # -- module hooks and the tracker ----------------------------------------------------------------
     def _on_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
@@ -333,6 +328,8 @@ class Recorder:
         with context.lock:
             seq = context.seq  # the seq this record takes, if it gets as far
             try:
+                if kind == "forward_pre":
+                    self.compiled.module(module, tracker_name)
                 self._write_module_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
                                          call_index)
             except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
@@ -369,6 +366,7 @@ class Recorder:
                 outputs=ids if kind in ("forward_post", "backward_pre") else None,
                 kwarg_inputs=kwarg_ids if kind == "forward_post" else None,
                 inputs_require_grad=inputs_require_grad,
+                recompute=kind.startswith("forward") and context.tracker.recompute_depth > 0,
             )
             if kind == "forward_post" and module_id in context.catalog.stateful:
                 context.snapshot(seq, module_id, module, force=True)

@@ -14,7 +14,9 @@ batch per flush, so capture adds no per-op host sync.
 
 Statistics never touch a user tensor's storage: no `.numpy()` on it, which would mark its
 storage non-resizable for good (FSDP2 frees parameters with `resize_(0)`, `out=` ops resize
-their output). They count on tensors the capture itself made from it.
+their output). They count on tensors the capture itself made from it. Nor do they read a
+tensor whose elements lie outside its storage (FSDP2's unsharded parameters keep their shape
+while their storage is freed): its statistics are left null (`has_values`).
 
 A row is appended whole, and the registry remembers a state only once its row is written,
 so a failure while describing leaves neither a half row nor an id that names no row.
@@ -55,6 +57,19 @@ _ROW_COLUMNS = (
     "tensor_id", "uid", "version", "first_seq", "shape", "stride", "storage_offset", "dtype", "element_size",
     "device", "requires_grad", "numel", "is_meta", "storage_ptr", "is_parameter", "parameter", "nnz", "is01",
 )
+
+
+def has_values(t: torch.Tensor) -> bool:
+    """Every element of the strided tensor `t` lies in its allocated storage."""
+    if t.numel() == 0:
+        return True
+    try:
+        storage = t.untyped_storage()
+        nbytes = storage.nbytes() if storage.data_ptr() else 0  # a storage can be sized but unallocated
+    except (RuntimeError, NotImplementedError):  # no storage to read
+        return False
+    last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size() <= nbytes
 
 
 def _version_of(t: torch.Tensor) -> int:
@@ -169,6 +184,7 @@ class TensorRegistry:
         if set(_ROW_COLUMNS) != set(rows.columns):
             raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
+        self._tuples: dict[tuple, tuple] = {}  # shapes and strides, one object per distinct value
         self._append = [column.append for column in self._columns]  # bound once: the hot path
 
     # -- liveness ---------------------------------------------------------------------------
@@ -227,7 +243,7 @@ class TensorRegistry:
         return tensor_id
 
     def _statistics(self, t: torch.Tensor, seq: int):
-        if not self.value_statistics or t.is_meta or t.layout is not torch.strided:
+        if not self.value_statistics or t.is_meta or t.layout is not torch.strided or not has_values(t):
             return (None, None)
         # Callers hold excluded_from_modes(); these ops are not differentiable, so no no_grad.
         try:
@@ -261,8 +277,11 @@ class TensorRegistry:
         nnz, is01 = (None, None) if pending else stats
         # Everything is computed above, so these appends cannot stop halfway.
         a = self._append
-        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](shape)
-        a[5](stride); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
+        tuples = self._tuples
+        if len(tuples) > 65536:
+            tuples.clear()
+        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](tuples.setdefault(shape, shape))
+        a[5](tuples.setdefault(stride, stride)); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
         a[10](requires_grad); a[11](numel); a[12](is_meta); a[13](storage); a[14](name is not None)
         a[15](name); a[16](nnz); a[17](is01)
         if pending:

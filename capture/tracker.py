@@ -21,6 +21,26 @@ stream being recorded.
 
 Every hook catches its own failures and hands them to `on_failure` (capture/failures.py):
 a module's forward and its backward always run, whatever happens to their record.
+
+Long runs: a multi-grad hook closes a reference cycle through autograd's C++ graph (its closure
+holds the grad_fn nodes it watches), so a hook left registered keeps its graph, and the
+gradients it buffered, alive after the step. The tracker therefore releases its hooks:
+`end_step()` removes the hooks of the step that ended once their backward ran, and hooks
+still waiting one step later (outputs never backpropagated); a run that never calls
+Recorder.step() has its fired hooks released whenever more than HELD_HOOKS are held.
+
+Activation checkpointing: a module whose forward runs during backward is being recomputed
+(torch.utils.checkpoint, reentrant or not). Its ops get the scopes of its original forward
+call (the parents and active modules it was called under, plus itself), not the backward
+state the recomputation interrupted, and the backward state is restored when it returns.
+The forward-post hook is registered with `always_call`, so a recomputation that torch stops
+early (non-reentrant checkpointing raises inside the forward) still leaves the module. A
+non-reentrant recomputation's outputs are detached into the original graph, so no backward
+hooks are registered for them (they would never fire); a reentrant one runs a backward of
+its own, whose hooks are registered as in forward.
+
+`pause()` and `resume()` take the global module hooks out of torch and put them back
+(between steps a schedule does not record), keeping the scope state.
 """
 
 from __future__ import annotations
@@ -52,6 +72,32 @@ def _ignore_failure(site: str, what: str, exc: BaseException) -> None:
     pass
 
 
+def in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+def in_nonreentrant_recomputation() -> bool:
+    """torch.utils.checkpoint (use_reentrant=False) is recomputing: its saved-tensor hooks are on top."""
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith("_recomputation_hook")
+
+
+def in_recomputation(grad_enabled: bool) -> bool:
+    """An op dispatched during backward belongs to a checkpoint recomputation: under a
+    non-reentrant one's saved-tensor hooks (its own bookkeeping detaches included), or inside
+    a reentrant one's CheckpointFunctionBackward with grad enabled (its nested backward runs
+    with grad disabled and is real backward work)."""
+    if in_nonreentrant_recomputation():
+        return True
+    if not grad_enabled:
+        return False
+    node = torch._C._current_autograd_node()
+    return node is not None and type(node).__name__ == "CheckpointFunctionBackward"
+
+
+HELD_HOOKS = 20_000  # fired hooks are released early once a run without steps holds this many
+
+
 class ScopeTracker(ModuleTracker):
     def __init__(
         self,
@@ -73,7 +119,61 @@ class ScopeTracker(ModuleTracker):
         # backward events carry the index of the forward call whose graph they belong to
         self._calls: dict[torch.nn.Module, int] = {}
         self._open_calls: dict[torch.nn.Module, list[int]] = {}
+        # Multi-grad hooks: [handle, fired] of this step, and those of the last step still waiting.
+        self._step_hooks: list[list] = []
+        self._waiting_hooks: list[list] = []
+        # Recomputation (module docstring): the scope each module was last called under in
+        # forward, how deep the recomputation is, and the backward state it interrupted.
+        self._forward_scopes: dict[torch.nn.Module, tuple[frozenset, frozenset]] = {}
+        self.recompute_depth = 0
+        self._interrupted: tuple[set, set] | None = None
+        self._handles: tuple = ()
 
+    # -- hooks held and released ------------------------------------------------------------
+    @property
+    def held_hooks(self) -> int:
+        return len(self._step_hooks) + len(self._waiting_hooks)
+
+    def _hold(self, tensors: list[torch.Tensor], body: Callable[[list], None], name: str) -> None:
+        entry = [None, False]
+
+        def grad_hook(grads) -> None:
+            entry[1] = True
+            try:
+                body(grads)
+            except Exception as exc:  # noqa: BLE001 - capture/failures.py
+                self.on_failure("grad_hook", name, exc)
+
+        entry[0] = register_multi_grad_hook(tensors, grad_hook)
+        self._step_hooks.append(entry)
+
+    def end_step(self) -> None:
+        """Release the hooks whose backward ran, and those that waited a whole step in vain."""
+        for handle, _ in self._waiting_hooks:
+            handle.remove()
+        waiting = []
+        for entry in self._step_hooks:
+            if entry[1]:
+                entry[0].remove()
+            else:
+                waiting.append(entry)
+        self._waiting_hooks, self._step_hooks = waiting, []
+
+    def _release_fired(self) -> None:
+        kept = []
+        for entry in self._step_hooks:
+            if entry[1]:
+                entry[0].remove()
+            else:
+                kept.append(entry)
+        self._step_hooks = kept
+
+    def _release_all(self) -> None:
+        for handle, _ in self._waiting_hooks + self._step_hooks:
+            handle.remove()
+        self._step_hooks, self._waiting_hooks = [], []
+
+    # -- the scope state machine ------------------------------------------------------------------
     def _maybe_set_engine_callback(self) -> None:
         if self._has_callback:
             return
@@ -82,6 +182,8 @@ class ScopeTracker(ModuleTracker):
             self.parents = {"Global"}
             self._has_callback = False
             self.generation += 1
+            if len(self._step_hooks) > HELD_HOOKS:
+                self._release_fired()
 
         torch.autograd.Variable._execution_engine.queue_callback(reset_after_backward)
         self._has_callback = True
@@ -103,29 +205,45 @@ class ScopeTracker(ModuleTracker):
             self.active_modules.discard(module)
         self.generation += 1
 
+    def _begin_recomputation(self, module) -> None:
+        """A forward during backward: swap in the scope of the module's forward call."""
+        if self.recompute_depth == 0:
+            self._interrupted = (self.parents, self.active_modules)
+            parents, active = self._forward_scopes.get(module, (frozenset({"Global"}), frozenset()))
+            self.parents, self.active_modules = set(parents), set(active)
+            self.generation += 1
+        self.recompute_depth += 1
+
+    def _end_recomputation(self) -> None:
+        self.recompute_depth -= 1
+        if self.recompute_depth == 0 and self._interrupted is not None:
+            self.parents, self.active_modules = self._interrupted
+            self._interrupted = None
+            self.generation += 1
+
+    # -- global module hooks ----------------------------------------------------------------------
     def _fw_pre_hook(self, module, args) -> None:
         try:
             self._forward_pre(module, args)
         except Exception as exc:  # noqa: BLE001 - capture/failures.py
             self.on_failure("module_hook", _module_name(module), exc)
 
-    def _fw_post_hook(self, module, args, kwargs, output) -> None:
+    def _fw_post_hook(self, module, args, *rest) -> None:
+        # (kwargs, output) normally; (output,) when torch calls an always_call hook after the
+        # forward raised (without kwargs, whatever the hook was registered with).
+        kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         try:
             self._forward_post(module, kwargs, output)
         except Exception as exc:  # noqa: BLE001 - capture/failures.py
             self.on_failure("module_hook", _module_name(module), exc)
 
-    def _guarded_grad_hook(self, body: Callable[[list], None], name: str) -> Callable:
-        def grad_hook(grads) -> None:
-            try:
-                body(grads)
-            except Exception as exc:  # noqa: BLE001 - capture/failures.py
-                self.on_failure("grad_hook", name, exc)
-
-        return grad_hook
-
     def _forward_pre(self, module, args) -> None:
         name = self._get_mod_name(module)
+        recomputing = in_backward()
+        if recomputing:
+            self._begin_recomputation(module)
+        else:
+            self._forward_scopes[module] = (frozenset(self.parents), frozenset(self.active_modules))
         self._enter(module, name, False)
         tensors = _tensors(args)
         grad_inputs = [t for t in tensors if t.requires_grad]
@@ -134,15 +252,13 @@ class ScopeTracker(ModuleTracker):
         self._open_calls.setdefault(module, []).append(call)
         self._inputs_require_grad.setdefault(module, []).append(bool(grad_inputs))
         self.on_event("forward_pre", module, name, tensors, [], bool(grad_inputs), call)
-        if grad_inputs:
+        if grad_inputs and not (recomputing and in_nonreentrant_recomputation()):
 
             def inputs_grads_ready(grads) -> None:
                 self._exit(module, name)
                 self.on_event("backward_post", module, name, list(grads), [], True, call)
 
-            self._hooks.append(
-                register_multi_grad_hook(grad_inputs, self._guarded_grad_hook(inputs_grads_ready, name))
-            )
+            self._hold(grad_inputs, inputs_grads_ready, name)
 
     def _forward_post(self, module, kwargs, output) -> None:
         name = self._get_mod_name(module)
@@ -152,23 +268,43 @@ class ScopeTracker(ModuleTracker):
         open_calls = self._open_calls.get(module)
         call = open_calls.pop() if open_calls else max(self._calls.get(module, 1) - 1, 0)
         outputs = _tensors(output)
-        self.on_event("forward_post", module, name, outputs, _tensors(kwargs), inputs_require_grad, call)
-        grad_outputs = [t for t in outputs if t.requires_grad]
-        if grad_outputs:
+        try:
+            self.on_event("forward_post", module, name, outputs, _tensors(kwargs), inputs_require_grad, call)
+            grad_outputs = [t for t in outputs if t.requires_grad]
+            if grad_outputs and not (self.recompute_depth and in_nonreentrant_recomputation()):
 
-            def output_grads_ready(grads) -> None:
-                self._enter(module, name, True)
-                self.on_event("backward_pre", module, name, list(grads), [], inputs_require_grad, call)
-                if not inputs_require_grad:
-                    # No input grad will ever arrive; a full backward hook fires now, with
-                    # grad_input None, so the backward-post event is emitted here too.
-                    self.on_event("backward_post", module, name, [], [], False, call)
+                def output_grads_ready(grads) -> None:
+                    self._enter(module, name, True)
+                    self.on_event("backward_pre", module, name, list(grads), [], inputs_require_grad, call)
+                    if not inputs_require_grad:
+                        # No input grad will ever arrive; a full backward hook fires now, with
+                        # grad_input None, so the backward-post event is emitted here too.
+                        self.on_event("backward_post", module, name, [], [], False, call)
 
-            self._hooks.append(
-                register_multi_grad_hook(grad_outputs, self._guarded_grad_hook(output_grads_ready, name))
+                self._hold(grad_outputs, output_grads_ready, name)
+        finally:
+            if self.recompute_depth:
+                self._end_recomputation()
+
+    # -- in and out of torch ------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Put the global module hooks (back) into torch."""
+        if not self._handles:
+            self._handles = (
+                register_module_forward_pre_hook(self._fw_pre_hook),
+                register_module_forward_hook(self._fw_post_hook, with_kwargs=True, always_call=True),
             )
 
+    def pause(self) -> None:
+        """Take the global module hooks out of torch; the scope state stays as it is."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = ()
+
     def __enter__(self):
-        self._fw_pre_handle = register_module_forward_pre_hook(self._fw_pre_hook)
-        self._fw_post_handle = register_module_forward_hook(self._fw_post_hook, with_kwargs=True)
+        self.resume()
         return self
+
+    def __exit__(self, *args) -> None:
+        self.pause()
+        self._release_all()

@@ -2,6 +2,11 @@
 
 Rows are appended to one list per column, so no Python object is created per row (list-typed
 cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
+Non-nullable integer columns (seq numbers, ids, sizes) are `array('q')`s instead: 8 bytes a
+value, and no int object kept per row. Buffered rows cost Python memory (measured: about
+0.6-1.5 KB an event with its tensor rows, benchmarks/capture_overhead.py), so
+`buffered_bytes_estimate` adds up what the buffers really hold (array and list storage, and
+the objects in a sample of each list), and `flush_bytes` bounds that.
 A flush turns the lists into Arrow arrays, writes one part per table under a temporary name
 and renames it; then the manifest is rewritten atomically. A process killed at any moment
 therefore leaves only whole parts and a manifest that says `running`.
@@ -23,7 +28,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
+from array import array
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,19 +47,25 @@ class TracePathError(ValueError):
     """The target path cannot hold a new trace."""
 
 
+def _compact(f: pa.Field) -> bool:
+    """Held as array('q'): a non-nullable integer column."""
+    return pa.types.is_integer(f.type) and not f.nullable
+
+
 class TableBuffer:
     """The pending rows of one table: `columns[name]` is a plain list per field (list-typed
-    fields hold a sequence, e.g. a torch.Size, or None per row)."""
+    fields hold a sequence, e.g. a torch.Size, or None per row), or an array('q') for a
+    non-nullable integer field. Both append, index, `del column[n:]` and `len()` alike."""
 
     def __init__(self, name: str, schema: pa.Schema) -> None:
         self.name = name
         self.schema = schema
-        self.columns: dict[str, list] = {f.name: [] for f in schema}
+        self.columns: dict[str, list | array] = {f.name: array("q") if _compact(f) else [] for f in schema}
 
     def clear(self) -> None:
         # In place: hot paths keep references to these very lists.
         for column in self.columns.values():
-            column.clear()
+            del column[:]
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
@@ -71,8 +84,36 @@ class TableBuffer:
             column.append(values.get(name))
 
     def to_arrow(self) -> pa.Table:
-        arrays = [pa.array(self.columns[f.name], type=f.type) for f in self.schema]
+        arrays = []
+        for f in self.schema:
+            column = self.columns[f.name]
+            if isinstance(column, array):  # a copy of its buffer: the array stays resizable
+                values = pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(column.tobytes())])
+                arrays.append(values.cast(f.type))
+            else:
+                arrays.append(pa.array(column, type=f.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def buffered_bytes(self, sample: int = 32) -> int:
+        """What the pending rows hold in memory: each column's storage, and for list columns
+        the objects in it, sized on the last `sample` rows (an object shared by rows of the
+        sample, an interned shape or argument string, counted once)."""
+        total = 0
+        for column in self.columns.values():
+            total += sys.getsizeof(column)
+            if not isinstance(column, array) and column:
+                tail = column[-sample:]
+                distinct = {id(value): value for value in tail}
+                total += int(sum(_size(value) for value in distinct.values()) * len(column) / len(tail))
+        return total
+
+
+def _size(value) -> int:
+    if value is None or value is True or value is False:
+        return 0
+    if isinstance(value, tuple):
+        return sys.getsizeof(value) + sum(sys.getsizeof(v) for v in value if not (-5 <= v <= 256 if type(v) is int else False))
+    return sys.getsizeof(value)
 
 
 ZSTD_LEVEL = 9  # measured: about a quarter smaller than the default level, at a small cost per flush
@@ -189,13 +230,8 @@ class TraceWriter:
         self.write_manifest()
 
     def buffered_bytes_estimate(self) -> int:
-        # Python lists hold pointers (8 B) to mostly shared small objects; a list-typed cell
-        # (a shape tuple) costs about 80 B more.
-        total = 0
-        for buffer in self.tables.values():
-            for f in buffer.schema:
-                total += (88 if pa.types.is_list(f.type) else 8) * len(buffer.columns[f.name])
-        return total
+        """The Python memory the buffered rows hold (TableBuffer.buffered_bytes)."""
+        return sum(buffer.buffered_bytes() for buffer in self.tables.values())
 
     def maybe_flush(self) -> None:
         events = len(self.tables["events"])

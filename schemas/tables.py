@@ -41,6 +41,7 @@ EVENTS = table(
     field("args", pa.string(), "Positional non-tensor arguments as JSON; tensors are {\"$t\": k}, see event_tensors.", False),
     field("kwargs", pa.string(), "Keyword arguments as JSON, encoded like args.", False),
     field("out", pa.string(), "The op's return value as JSON, tensors as {\"$t\": k}.", False),
+    field("recompute", pa.bool_(), "True for ops run while torch.utils.checkpoint recomputes a checkpointed forward during backward (reentrant or not); null in traces of schema 1.0."),
 )
 
 EVENT_TENSORS = table(
@@ -127,7 +128,7 @@ MODULE_EVENTS = table(
     field("kind", _str, "forward_pre, forward_post, backward_pre (grads of outputs ready) or backward_post (grads of inputs ready, or right after backward_pre when no input requires grad).", False),
     field("module_id", pa.int32(), "modules.module_id.", False),
     field("tracker_name", _str, "The tracker's name for the module at this moment.", False),
-    field("call_index", pa.int32(), "How many times this module's forward had started before this call (while the recorder was open, suspended or not); backward events carry the index of the forward call whose graph they differentiate.", False),
+    field("call_index", pa.int32(), "How many times this module's forward had started before this call while the capture was in torch (recorded, warm-up and suspended steps; not the steps a schedule leaves alone); backward events carry the index of the forward call whose graph they differentiate.", False),
     field("step", pa.int32(), "Recorder step index.", False),
     field("stage_id", pa.int32(), "Enclosing stage instance, null when unlabeled."),
     field("stage", _str, "Enclosing stage name or 'unlabeled'.", False),
@@ -139,6 +140,7 @@ MODULE_EVENTS = table(
     field("outputs", pa.list_(pa.int64()), "tensor_id of each output tensor (forward_post) or output gradient (backward_pre)."),
     field("kwarg_inputs", pa.list_(pa.int64()), "tensor_id of keyword tensor inputs (forward_post only)."),
     field("inputs_require_grad", pa.bool_(), "Whether any positional input required grad at the forward call."),
+    field("recompute", pa.bool_(), "True for the forward events of a module whose forward runs again during backward (activation checkpointing recomputes it); null in traces of schema 1.0."),
 )
 
 NEURON_MEMORIES = table(
@@ -186,6 +188,21 @@ OPTIMIZER_STEPS = table(
     field("state_keys", _strs, "Sorted keys of optimizer.state[p] (momentum_buffer, exp_avg, step...).", False),
 )
 
+COLLECTIVES = table(
+    "One row per collective communication op (c10d and functional collectives: DDP's allreduce, FSDP's allgather and reduce_scatter, broadcast, ...), beside its events row.",
+    field("seq", pa.int64(), "The op (events.seq).", False),
+    field("kind", _str, "allreduce, allgather, reduce_scatter, broadcast, alltoall, reduce, gather, scatter, barrier, send or recv.", False),
+    field("group_name", pa.string(), "The process group's name (torch.distributed group_name), null when unknown."),
+    field("group_size", pa.int32(), "Ranks in the process group, null when unknown."),
+    field("group_rank", pa.int32(), "This rank's rank inside the group, null when unknown."),
+    field("backend", _str, "The group's backend (gloo, nccl, ...), null when unknown."),
+    field("reduce_op", _str, "Reduction for reducing kinds (SUM, AVG, MAX, ...), else null."),
+    field("root", pa.int32(), "Root rank (broadcast, reduce, gather, scatter), destination (send) or source (recv), else null."),
+    field("input_bytes", pa.int64(), "Bytes of the tensors this rank sends into the collective (in-place kinds: the tensors it reduces or broadcasts).", False),
+    field("output_bytes", pa.int64(), "Bytes of the tensors the collective writes on this rank.", False),
+    field("async_op", pa.bool_(), "The op's async_op argument, null when it has none."),
+)
+
 TABLES: dict[str, pa.Schema] = {
     "events": EVENTS,
     "event_tensors": EVENT_TENSORS,
@@ -199,6 +216,7 @@ TABLES: dict[str, pa.Schema] = {
     "neuron_memories": NEURON_MEMORIES,
     "stage_markers": STAGE_MARKERS,
     "optimizer_steps": OPTIMIZER_STEPS,
+    "collectives": COLLECTIVES,
 }
 
 

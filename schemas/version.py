@@ -7,7 +7,7 @@ its own major version (older minors get the new columns as NULL) and refuses a n
 
 from __future__ import annotations
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class SchemaVersionError(ValueError):

@@ -258,3 +258,44 @@ def test_hand_derived_one_element_forms():
     assert conv_spike_taps(y, (1, 1, 3, 3), [2], [1], [1], False, [], 1).item() == 7 * 7
     with pytest.raises(ValueError, match="expected 1 or 2 values"):
         conv_spike_taps(y, (1, 1, 3, 3), [2, 2, 2], [1], [1], False, [0], 1)
+
+
+def _conv_stats(path, weight, defer: bool) -> list[tuple[int, str, float]]:
+    """(conv number, statistic, value) of three convolutions of binary spikes, recorded."""
+    from capture import Recorder
+    from tests.real_jobs.tracefiles import table
+
+    x = (torch.rand(2, 3, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.4).float()
+    with Recorder(path, defer_statistics=defer) as recorder, recorder.stage("forward"):
+        for _ in range(3):
+            torch.nn.functional.conv2d(x, weight, padding=1)
+    convs = [e["seq"] for e in table(path, "events").to_pylist() if e["op"] == "aten.convolution.default"]
+    return sorted((convs.index(r["seq"]), r["stat"], r["value"]) for r in table(path, "op_stats").to_pylist())
+
+
+@pytest.mark.parametrize("binary_weight", [True, False], ids=["binary-weight", "float-weight"])
+def test_deferred_both_binary_statistic_waits_on_nothing_and_keeps_only_binary_weights(tmp_path, binary_weight,
+                                                                                      monkeypatch):
+    # The accelerator path (deferred statistics) must not read the weight on the host to decide
+    # whether x and w are both binary (on a GPU that is a sync per convolution): it takes the
+    # statistic on the device and drops it at flush where the weight was not binary; the rows
+    # equal those read at once on CPU.
+    import json
+
+    import capture.dispatch
+
+    generator = torch.Generator().manual_seed(0)
+    weight = (torch.rand(4, 3, 3, 3, generator=generator) < 0.5).float()
+    if not binary_weight:
+        weight = weight * 0.5 + 0.25
+    immediate = _conv_stats(tmp_path / "now", weight, defer=False)
+
+    def host_read(t):
+        raise AssertionError("the deferred path read a tensor on the host")
+
+    monkeypatch.setattr(capture.dispatch, "immediate_stats", host_read)
+    deferred = _conv_stats(tmp_path / "deferred", weight, defer=True)
+    assert json.loads((tmp_path / "deferred" / "manifest.json").read_text())["degraded"] == []
+    assert deferred == immediate
+    assert any(stat == "conv_both_binary_sum" for _, stat, _ in immediate) is binary_weight
+    assert {stat for _, stat, _ in immediate} >= {"conv_spike_taps"}

@@ -68,6 +68,7 @@ def reference_problems(root: Path, rank: int = 0) -> list[str]:
     for name, field, known in [
         ("event_tensors", "seq", events), ("op_stats", "seq", events), ("event_tensors", "tensor_id", tensor_ids),
         ("events", "scope_id", values("scopes", "scope_id")), ("neuron_memories", "tensor_id", tensor_ids | {None}),
+        ("collectives", "seq", events),
     ]:
         missing = values(name, field) - known
         if missing:
