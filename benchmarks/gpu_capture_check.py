@@ -100,7 +100,6 @@ def main() -> None:
     problems, rows, unresolved, gpu_ops = events(scratch / "gpu")
     check("the trace validates", problems == [], "; ".join(problems[:3]))
     check("every deferred statistic was resolved at close", unresolved == 0, f"{unresolved} tensors without nnz")
-    ops = set(rows["op"])
     for wanted in ("aten.cudnn_batch_norm.default", "aten.cudnn_batch_norm_backward.default",
                    "sj_lif.forward.default", "sj_lif.backward.default"):
         found = rows[rows["op"] == wanted]

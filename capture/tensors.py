@@ -15,8 +15,8 @@ batch per flush, so capture adds no per-op host sync.
 Statistics never touch a user tensor's storage: no `.numpy()` on it, which would mark its
 storage non-resizable for good (FSDP2 frees parameters with `resize_(0)`, `out=` ops resize
 their output). They count on tensors the capture itself made from it. Nor do they read a
-tensor whose elements lie outside its storage (FSDP2's unsharded parameters keep their shape
-while their storage is freed): its statistics are left null (`has_values`).
+tensor whose storage is not allocated (FSDP2's unsharded parameters keep their shape while
+their storage is freed): its statistics are left null (`has_values`).
 
 A row is appended whole, and the registry remembers a state only once its row is written,
 so a failure while describing leaves neither a half row nor an id that names no row.
@@ -60,16 +60,13 @@ _ROW_COLUMNS = (
 
 
 def has_values(t: torch.Tensor) -> bool:
-    """Every element of the strided tensor `t` lies in its allocated storage."""
-    if t.numel() == 0:
-        return True
+    """The tensor's storage is allocated (FSDP2 frees a parameter's storage with resize_(0),
+    and sizes storages it allocates later, while tensors keep viewing them)."""
     try:
         storage = t.untyped_storage()
-        nbytes = storage.nbytes() if storage.data_ptr() else 0  # a storage can be sized but unallocated
+        return bool(storage.data_ptr()) and storage.nbytes() > 0 or t.numel() == 0
     except (RuntimeError, NotImplementedError):  # no storage to read
         return False
-    last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return (last + 1) * t.element_size() <= nbytes
 
 
 def _version_of(t: torch.Tensor) -> int:

@@ -313,3 +313,29 @@ def test_start_up_accepts_another_ranks_files_in_any_stage(tmp_path):
     (root / "notes.txt").write_text("not ours")
     with pytest.raises(TracePathError, match="not a spiketrace trace"):
         prepare_root(root, 0)
+
+
+def test_autocast_and_channels_last_are_recorded_as_they_run(tmp_path):
+    # Mixed precision and channels_last change which ops run and the layouts they see; the
+    # trace holds exactly that (the casts autocast inserts, bfloat16 operands, NHWC strides)
+    # and the user's output is the uncaptured one, bit for bit.
+    from tests.real_jobs.tracefiles import table
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    net = net.to(memory_format=torch.channels_last)
+    x = torch.rand(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = net(x)
+        with Recorder(tmp_path / "t", model=net) as recorder, recorder.stage("forward"):
+            out = net(x)
+    assert torch.equal(out, expected) and out.dtype is torch.bfloat16
+    events = {e["seq"]: e["op"] for e in table(tmp_path / "t", "events").to_pylist()}
+    tensors = {t["tensor_id"]: t for t in table(tmp_path / "t", "tensors").to_pylist()}
+    [conv] = [seq for seq, op in events.items() if op == "aten.convolution.default"]
+    operands = [tensors[u["tensor_id"]] for u in table(tmp_path / "t", "event_tensors").to_pylist()
+                if u["seq"] == conv and u["role"] == "arg"]
+    assert {t["dtype"] for t in operands} == {"bfloat16"}
+    assert operands[0]["stride"] == [108, 1, 18, 3]  # NHWC: channels innermost
+    assert "aten._to_copy.default" in events.values()  # the casts autocast inserted
+    assert all(t["nnz"] is not None for t in operands)
