@@ -45,35 +45,16 @@ from collections.abc import Mapping
 import pandas as pd
 
 from analyze.counters.result import CounterResult
+from analyze.present.units import human, human_bytes
 from analyze.present.safe_text import safe, safe_line
 
 VIEWS = ("scope", "op", "stage", "module-type")
-UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
 # Stages the capture scenarios record, in the order a training step runs them.
 STAGE_ORDER = ("forward", "loss", "backward", "optimizer")
 OUTSIDE_LEAVES = "(outside leaf modules)"
 
 
 # -- numbers -------------------------------------------------------------------------------
-
-
-def human(n: int) -> str:
-    """`n` in K/M/G/T (powers of 1000), three significant decimals: 1234 -> "1.23K"."""
-    n = int(n)
-    sign, size = ("-" if n < 0 else ""), abs(n)
-    for index, (scale, unit) in enumerate(UNITS):
-        if size >= scale:
-            text = f"{size / scale:.2f}"
-            if float(text) >= 1000 and index > 0:  # 999_999 rounds to "1.00M", not "1000.00K"
-                bigger, bigger_unit = UNITS[index - 1]
-                text, unit = f"{size / bigger:.2f}", bigger_unit
-            return f"{sign}{text}{unit}"
-    return f"{sign}{size}"
-
-
-def human_bytes(n: int) -> str:
-    """Bytes in decimal units: 964 -> "964B", 94_080 -> "94.08KB"."""
-    return f"{human(n)}B"
 
 
 def percent(fraction: float) -> str:

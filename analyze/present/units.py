@@ -36,19 +36,27 @@ def format_energy(pj: float, digits: int = 3, unit: str | None = None) -> str:
     return f"{pj / scale:,.{digits}f} {unit}"
 
 
-def human_count(n: float) -> str:
-    """1234567 -> '1.23M' (powers of 1000), for operation counts."""
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return f"{n:g}"
+COUNT_UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
 
 
-def human_bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:g} B"
+def human(n: int) -> str:
+    """`n` in K/M/G/T (powers of 1000), three significant decimals: 1234 -> "1.23K"."""
+    n = int(n)
+    sign, size = ("-" if n < 0 else ""), abs(n)
+    for index, (scale, unit) in enumerate(COUNT_UNITS):
+        if size >= scale:
+            text = f"{size / scale:.2f}"
+            if float(text) >= 1000 and index > 0:  # 999_999 rounds to "1.00M", not "1000.00K"
+                bigger, bigger_unit = COUNT_UNITS[index - 1]
+                text, unit = f"{size / bigger:.2f}", bigger_unit
+            return f"{sign}{text}{unit}"
+    return f"{sign}{size}"
+
+
+def human_bytes(n: int) -> str:
+    """Bytes in decimal units: 964 -> "964B", 94_080 -> "94.08KB"."""
+    return f"{human(n)}B"
+
 
 
 # metric (as `diff` names it) -> the unit its values are in; None: a plain number
@@ -69,7 +77,7 @@ def format_metric(metric: str, value: float) -> str:
         return human_bytes(value)
     if metric.startswith("spike_rate"):
         return f"{value:.4f}"
-    return human_count(value)
+    return human(value)
 
 
 @functools.cache
