@@ -161,6 +161,22 @@ class Trace:
                 "optimizer_steps": counts[2],
             },
             "warnings": list(self.warnings),
+            **self.health(),
+        }
+
+    def health(self) -> dict:
+        """What the capture itself reported: its own failures (`degraded`, per rank), torch.compile
+        seen while capturing, and SpikingJelly tracker underflows it survived (JSON-ready)."""
+        degraded = {
+            str(rank): list(m.get("degraded") or []) for rank, m in sorted(self.manifests.items()) if m.get("degraded")
+        }
+        compiled_seen = sorted({str(what) for m in self.manifests.values() for what in m.get("compiled_seen") or []})
+        underflows = [entry for m in self.manifests.values() for entry in m.get("tracker_underflows") or []]
+        return {
+            "degraded": degraded,
+            "compiled": any(bool(m.get("compiled")) for m in self.manifests.values()),
+            "compiled_seen": compiled_seen,
+            "tracker_underflows": underflows,
         }
 
     def op_counts(self) -> pd.DataFrame:
