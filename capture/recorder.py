@@ -101,6 +101,7 @@ class Recorder:
         metadata: dict | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        run_id: str | None = None,
     ) -> None:
         if flush_events < 1 or flush_bytes < 1:
             raise ValueError("flush_events and flush_bytes must be positive")
@@ -118,6 +119,7 @@ class Recorder:
         default_rank, default_world = _rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
+        self.run_id = run_id  # agreed with the other ranks when the capture opens (capture/run_id.py)
         self.active = False
         self.context: RecordingContext | None = None  # built when the context opens
         self._suspended = 0
@@ -166,6 +168,7 @@ class Recorder:
 
         self.writer = TraceWriter(
             self.path,
+            run_id=self.run_id,
             rank=self.rank,
             world_size=self.world_size,
             settings=settings,

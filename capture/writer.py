@@ -7,9 +7,12 @@ value, and no int object kept per row. Buffered rows cost Python memory (measure
 0.6-1.5 KB an event with its tensor rows, benchmarks/capture_overhead.py), so
 `buffered_bytes_estimate` adds up what the buffers really hold (array and list storage, and
 the objects in a sample of each list), and `flush_bytes` bounds that.
-A flush turns the lists into Arrow arrays, writes one part per table under a temporary name
-and renames it; then the manifest is rewritten atomically. A process killed at any moment
-therefore leaves only whole parts and a manifest that says `running`.
+A flush turns the lists into Arrow arrays and writes one part per table, each created
+exclusively (O_EXCL, through directory descriptors opened with O_NOFOLLOW, so never through
+a link someone left in the trace); then it commits them in one atomic manifest rewrite that
+lists each part with its rows, bytes and BLAKE2b checksum (schemas/layout.py). Readers read
+committed parts only, so a process killed at any moment leaves a consistent snapshot: the
+committed flushes, a manifest that says `running`, and at most one flush's uncommitted files.
 
 A write that fails (disk full, read-only or vanished directory, a file-size limit) never
 raises into the training script: the flush is undone (parts it already renamed are removed,
@@ -18,16 +21,18 @@ into the manifest (`status: failed`, `error`, a `writer` entry in `degraded`) if
 can still be written, and the writer drops what it buffers from then on (`failed`).
 
 Several ranks start in one directory at once, so start-up tolerates the other ranks' files
-appearing at any moment and touches only this rank's own files.
+appearing at any moment and touches only this rank's own files: it removes only regular files
+named as this rank's parts and manifest, and refuses a directory where it finds a link, a
+special file or a file it did not write.
 
 This module needs pyarrow only (no torch), so tests and tools can write traces without torch.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import shutil
 import sys
 import time
 from array import array
@@ -38,13 +43,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.failures import FailureLog, describe_error
+from capture.run_id import agree_run_id
+from capture.trace_root import TracePathError, prepare_root  # noqa: F401 - TracePathError re-exported
 from schemas import layout
+from schemas.safe_files import checksum_of_bytes, create_new
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION
-
-
-class TracePathError(ValueError):
-    """The target path cannot hold a new trace."""
 
 
 def _compact(f: pa.Field) -> bool:
@@ -126,46 +130,43 @@ def _encodings(schema: pa.Schema) -> tuple[list[str], list[str]]:
     return delta, [f.name for f in schema if f.name not in delta]
 
 
+_unique = itertools.count()
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _unique_suffix() -> str:
+    return f"{os.getpid()}-{next(_unique)}"
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + layout.TMP_SUFFIX)
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _written_by_spiketrace(name: str) -> bool:
-    """A name a trace writer creates in a trace root: a manifest, a table directory, or the
-    temporary file of a manifest being written."""
-    base = name[: -len(layout.TMP_SUFFIX)] if name.endswith(layout.TMP_SUFFIX) else name
-    return base in TABLES or layout.manifest_rank(Path(base)) is not None
-
-
-def prepare_root(root: Path, rank: int) -> None:
-    """Make `root` ready for this rank: create it, or clear this rank's old trace files in it.
-
-    Refuses a path that exists and is neither a directory holding only spiketrace files (or
-    a manifest) nor empty, so a typo never overwrites unrelated data. Race-free when all
-    ranks start at once: creation tolerates the directory existing, the check accepts
-    another rank's files in any stage of being written (a manifest's temporary file, a
-    table directory before any manifest), and only this rank's own files are removed.
-    """
-    if root.exists() and not root.is_dir():
-        raise TracePathError(f"{root}: exists and is not a directory")
+    """Replace `path` with `text` atomically, via a temporary file created afresh (O_EXCL)."""
+    tmp = path.with_name(layout.temporary_name(path.name, _unique_suffix()))
+    fd = create_new(tmp)
     try:
-        os.makedirs(root, exist_ok=True)
-    except OSError as exc:
-        raise TracePathError(f"{root}: cannot create the trace directory ({exc.strerror or exc})") from exc
-    names = os.listdir(root)
-    has_manifest = any(layout.manifest_rank(Path(name)) is not None for name in names)
-    if not has_manifest and not all(_written_by_spiketrace(name) for name in names):
-        raise TracePathError(
-            f"{root}: directory is not empty and is not a spiketrace trace; choose an empty or new path"
-        )
-    layout.manifest_path(root, rank).unlink(missing_ok=True)
-    for table in TABLES:
-        shutil.rmtree(layout.part_dir(root, table, rank), ignore_errors=True)
+        try:
+            _write_all(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # ours: created exclusively above
+        raise
+
+
+def _open_directory(name: str, dir_fd: int | None) -> int:
+    """Descriptor of directory `name` (under `dir_fd`), created if absent, never a link."""
+    try:
+        os.mkdir(name, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
 
 
 def _naming_file(exc: Exception, path: Path) -> Exception:
@@ -192,9 +193,11 @@ class TraceWriter:
         device: str = "cpu",
         flush_rows: int = 200_000,  # events per part
         flush_bytes: int = 256 << 20,
+        run_id: str | None = None,
     ) -> None:
         self.root = Path(root)
         self.rank = rank
+        self.run_id, run_id_source = agree_run_id(self.root, rank, run_id)
         prepare_root(self.root, rank)
         self.tables = {name: TableBuffer(name, schema) for name, schema in TABLES.items()}
         self.flush_rows = flush_rows
@@ -208,10 +211,13 @@ class TraceWriter:
         self._saving = False
         self.part_index = 0
         self.counts = {name: 0 for name in TABLES}
-        self.parts: dict[str, list[str]] = {name: [] for name in TABLES}
+        # table -> committed parts: {"path", "rows", "bytes", "blake2b"} (schemas/layout.py)
+        self.parts: dict[str, list[dict]] = {name: [] for name in TABLES}
         self.manifest: dict[str, Any] = {
             "format": layout.FORMAT_MARKER,
             "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "run_id_source": run_id_source,
             "status": "running",
             "rank": rank,
             "world_size": world_size,
@@ -265,30 +271,51 @@ class TraceWriter:
         finally:
             self._saving = False
 
-    def _write_part(self, name: str, table: pa.Table) -> Path:
-        """Write one part under its final name (via a temporary file); return that name."""
-        directory = layout.part_dir(self.root, name, self.rank)
-        final = directory / layout.part_name(self.part_index)
-        tmp = final.with_name(final.name + layout.TMP_SUFFIX)
+    def _write_part(self, name: str, table: pa.Table) -> tuple[Path, dict]:
+        """Write one part, created exclusively under its final name; return its path and its
+        manifest entry. The bytes are checksummed as written, so a part is read once."""
+        relative = Path(name) / f"rank={self.rank}" / layout.part_name(self.part_index)
+        final = self.root / relative
         metadata = dict(table.schema.metadata or {})
         metadata[layout.METADATA_VERSION_KEY] = SCHEMA_VERSION.encode()
         metadata[layout.METADATA_TABLE_KEY] = name.encode()
+        metadata[layout.METADATA_RUN_KEY] = self.run_id.encode()
         delta, dictionary = _encodings(table.schema)
+        sink = pa.BufferOutputStream()
+        pq.write_table(
+            table.replace_schema_metadata(metadata),
+            sink,
+            compression="zstd",
+            compression_level=ZSTD_LEVEL,
+            use_dictionary=dictionary,
+            column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
+            write_page_checksum=True,  # validate names the damaged column of a damaged part
+        )
+        data = sink.getvalue()
+        directories: list[int] = []
+        created = False
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            pq.write_table(
-                table.replace_schema_metadata(metadata),
-                tmp,
-                compression="zstd",
-                compression_level=ZSTD_LEVEL,
-                use_dictionary=dictionary,
-                column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-            )
-            os.replace(tmp, final)
+            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            directories.append(root_fd)
+            directories.append(_open_directory(name, root_fd))
+            directories.append(_open_directory(f"rank={self.rank}", directories[-1]))
+            fd = os.open(final.name, _CREATE_FLAGS, 0o644, dir_fd=directories[-1])
+            created = True
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)  # on disk before the manifest commits it
+            finally:
+                os.close(fd)
         except Exception as exc:
-            tmp.unlink(missing_ok=True)  # frees the space a full disk needs for the manifest
-            raise _naming_file(exc, tmp) from exc
-        return final
+            if created:  # ours, half written: frees the space a full disk needs for the manifest
+                final.unlink(missing_ok=True)
+            raise _naming_file(exc, final) from exc
+        finally:
+            for fd in directories:
+                os.close(fd)
+        entry = {"path": relative.as_posix(), "rows": table.num_rows, "bytes": data.size,
+                 layout.CHECKSUM_NAME: checksum_of_bytes(data)}
+        return final, entry
 
     def flush(self, *, empty_parts: bool = False) -> bool:
         """Write every non-empty buffer as a part (every buffer when `empty_parts`).
@@ -309,19 +336,22 @@ class TraceWriter:
         if not pending:
             return True
         written: list[Path] = []
+        entries: list[dict] = []
         part = self.root
         try:
             for name in pending:
                 part = layout.part_dir(self.root, name, self.rank) / layout.part_name(self.part_index)
-                written.append(self._write_part(name, self.tables[name].to_arrow()))
+                path, entry = self._write_part(name, self.tables[name].to_arrow())
+                written.append(path)
+                entries.append(entry)
         except Exception as exc:  # noqa: BLE001 - see module docstring
             for path in written:  # an incomplete flush is undone: its parts would refer to missing rows
                 path.unlink(missing_ok=True)
             self._fail(exc, str(part))
             self._drop_buffers()
             return False
-        for name, path in zip(pending, written):
-            self.parts[name].append(str(path.relative_to(self.root)))
+        for name, entry in zip(pending, entries):
+            self.parts[name].append(entry)
             self.counts[name] += len(self.tables[name])
         error = self._save_manifest()
         if error is not None:

@@ -7,7 +7,9 @@ its own major version (older minors get the new columns as NULL) and refuses a n
 
 from __future__ import annotations
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
+# 1.1: events.recompute, module_events.recompute, the collectives table.
+# 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.
 
 
 class SchemaVersionError(ValueError):

@@ -272,12 +272,15 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
     the user's ops never see an error."""
     import pyarrow.parquet as pq
 
-    real_write = pq.write_table
+    import capture.writer
 
-    def write_table(table, where, **options):
-        if "tensors/rank=0/part-00001" in str(where) and "event_tensors" not in str(where):
+    real_write = capture.writer._write_all
+
+    def write_all(fd, data):
+        where = os.readlink(f"/proc/self/fd/{fd}")  # the file being written (Linux)
+        if "tensors/rank=0/part-00001" in where and "event_tensors" not in where:
             raise OSError(28, "No space left on device")
-        return real_write(table, where, **options)
+        return real_write(fd, data)
 
     def work():
         x = torch.ones(4)
@@ -285,7 +288,7 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
             x = x * 1.5  # flushes after 10 and 20 events happen inside these ops
         return x
 
-    monkeypatch.setattr(pq, "write_table", write_table)
+    monkeypatch.setattr(capture.writer, "_write_all", write_all)
     with Recorder(tmp_path / "t", flush_events=10) as recorder, recorder.stage("forward"):
         captured = work()
     assert torch.equal(captured, work())
@@ -293,11 +296,11 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
     assert manifest["status"] == "failed"
     [entry] = manifest["degraded"]
     assert entry["site"] == "writer" and entry["what"].endswith("tensors/rank=0/part-00001.parquet")
-    assert "No space left" in entry["error"] and "part-00001.parquet.tmp" in manifest["error"]
+    assert "No space left" in entry["error"] and "tensors/rank=0/part-00001.parquet" in manifest["error"]
     assert manifest["counts"]["events"] == 10 and len(manifest["parts"]["events"]) == 1
     on_disk = sorted(p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*.parquet*"))
-    assert on_disk == sorted(part for parts in manifest["parts"].values() for part in parts)
-    assert pq.read_table(tmp_path / "t" / manifest["parts"]["events"][0]).num_rows == 10
+    assert on_disk == sorted(part["path"] for parts in manifest["parts"].values() for part in parts)
+    assert pq.read_table(tmp_path / "t" / manifest["parts"]["events"][0]["path"]).num_rows == 10
 
 
 def test_start_up_accepts_another_ranks_files_in_any_stage(tmp_path):

@@ -17,13 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import analyze.trace.manifest
+import analyze.trace.parts
 import schemas.version
 from analyze import Trace, TraceError, open_trace
 from capture.writer import TraceWriter
 from schemas import layout
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION, SchemaVersionError
+from tests.trace_surgery import recommit, rewrite_part
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,15 +116,6 @@ def part(root, table, rank=0, index=0):
     return layout.part_dir(root, table, rank) / layout.part_name(index)
 
 
-def rewrite_part(path, transform=lambda table: table, version=None):
-    """Rewrite a part through `transform`, keeping its metadata (its version set to `version`)."""
-    table = pq.read_table(path)
-    metadata = dict(table.schema.metadata)
-    if version is not None:
-        metadata[layout.METADATA_VERSION_KEY] = version.encode()
-    pq.write_table(transform(table).replace_schema_metadata(metadata), path)
-
-
 def columns(trace, view):
     return [row[0] for row in trace.con.execute(f"DESCRIBE {view}").fetchall()]
 
@@ -158,6 +150,7 @@ def test_empty_table_reads_as_an_empty_view_with_its_columns(tmp_path):
     shutil.rmtree(tmp_path / "t" / "packed_inputs")
     writer_manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
     writer_manifest["status"] = "running"  # so the removed table is allowed to be missing
+    writer_manifest["parts"]["packed_inputs"] = []  # a running trace that never committed one
     (tmp_path / "t" / "manifest.json").write_text(json.dumps(writer_manifest))
     with open_trace(tmp_path / "t") as trace:
         assert trace.files("packed_inputs") == []
@@ -195,7 +188,7 @@ def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatc
     writer.close()  # part 1: tensor 13
     # Pretend the reader is 1.1 and part 0 was written by 1.0, before is01 existed.
     monkeypatch.setattr(schemas.version, "SCHEMA_VERSION", "1.1")
-    monkeypatch.setattr(analyze.trace.manifest, "SCHEMA_VERSION", "1.1")
+    monkeypatch.setattr(analyze.trace.parts, "SCHEMA_VERSION", "1.1")
     # Part 0 lacks is01; both parts lack parameter (as if added in 1.1 and never written).
     rewrite_part(part(root, "tensors", index=0), lambda t: t.drop_columns(["is01", "parameter"]), version="1.0")
     rewrite_part(part(root, "tensors", index=1), lambda t: t.drop_columns(["parameter"]), version="1.0")
@@ -252,6 +245,10 @@ def test_future_major_inside_one_part_is_refused_naming_the_file(trace_dir):
 def test_garbage_part_is_refused_naming_the_file(trace_dir):
     garbage = part(trace_dir, "events", index=1)
     garbage.write_bytes(b"this is not parquet at all" * 10)
+    with open_trace(trace_dir) as trace:  # not committed: a leftover, never read
+        assert any(str(garbage) in w and "not committed" in w for w in trace.warnings)
+        assert trace.count("events") == len(OPS)
+    recommit(garbage)
     with pytest.raises(TraceError, match="not a readable Parquet file") as caught:
         open_trace(trace_dir)
     assert str(garbage) in str(caught.value) and "\n" not in str(caught.value)
@@ -269,6 +266,7 @@ def test_part_truncated_to_half_is_refused_naming_the_file(trace_dir):
 def test_part_of_another_table_is_refused_naming_the_file(trace_dir):
     stray = part(trace_dir, "modules", index=7)
     shutil.copy(part(trace_dir, "events"), stray)
+    recommit(stray)
     with pytest.raises(TraceError, match="holds table 'events'") as caught:
         open_trace(trace_dir)
     assert str(stray) in str(caught.value)
@@ -303,7 +301,7 @@ def test_missing_listed_part_in_a_complete_trace_is_an_error(tmp_path):
     add_event(writer, 99, "aten.sub.Tensor")
     writer.close()
     part(root, "events", index=0).unlink()  # events still has part 1
-    with pytest.raises(TraceError, match="listed in the manifest") as caught:
+    with pytest.raises(TraceError, match="committed in the manifest, but missing") as caught:
         open_trace(root)
     assert str(part(root, "events", index=0)) in str(caught.value)
 

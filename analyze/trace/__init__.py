@@ -2,7 +2,8 @@
 one DuckDB view per table plus the named SQL views (views.py, sql_views/), and the opened
 `Trace` (reader.py)."""
 
-from analyze.trace.manifest import COMPLETE, Part, TraceError, TraceNotFoundError, TraceVersionError
+from analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
+from analyze.trace.parts import Part
 from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, accepts_path, open_trace
 
 __all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceError", "TraceNotFoundError",

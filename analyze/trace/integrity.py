@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import duckdb
 
-from analyze.trace.manifest import COMPLETE, Part
+from analyze.trace.manifest import COMPLETE
+from analyze.trace.parts import Part
 from analyze.trace.views import view_name
 from schemas.tables import TABLES
 

@@ -1,12 +1,15 @@
 """Open a trace directory, check it, and query it with DuckDB.
 
-`open_trace` reads every rank's manifest and checks the footer of every part (its Parquet
-metadata, schema version and table name) without reading any rows, so a damaged or
-incompatible trace fails at once with a one-line message naming the file. The returned
-`Trace` holds a DuckDB connection with one view per table (see analyze/trace/views.py).
+`open_trace` reads every rank's manifest (parsed by its schema) and checks every committed
+part (place, size, Parquet footer, schema, row count, and by default its checksum) without
+reading any rows, so a damaged, hostile or incompatible trace fails at once with a one-line
+message naming the file. The returned `Trace` holds a DuckDB connection with one view per
+table over the committed parts (see analyze/trace/views.py); `validate` decodes every column
+and checks the rows' plausibility and references.
 
-A trace whose manifest says `running` was left by a process that died while capturing: it
-opens with `complete == False` and a warning, and its flushed rows read normally.
+A trace whose manifest says `running` is being captured, or was left by a process that died
+while capturing: it opens with `complete == False` and a warning, and reads as the snapshot
+of its committed flushes.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 
 from analyze.trace.integrity import find_problems
-from analyze.trace.manifest import COMPLETE, Part, find_parts, read_manifests
+from analyze.trace.manifest import COMPLETE, read_manifests
+from analyze.trace.parts import Part, find_parts
 from analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
@@ -43,12 +47,17 @@ def accepts_path(function):
     return wrapper
 
 
-def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str = "1GB",
-               max_temp_size: str = "8GB") -> Trace:
-    """Open and check the trace at `path`; raises TraceError naming the file at fault."""
+def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool = True, threads: int = 2,
+               memory_limit: str = "1GB", max_temp_size: str = "8GB") -> Trace:
+    """Open and check the trace at `path`; raises TraceError naming the file at fault.
+
+    Only committed parts are read (analyze/trace/parts.py). `verify` also compares each
+    part's checksum with the one committed (about 1 s per GB of parts; False skips it for a
+    trace you trust). `run` picks one capture run (its id or a unique prefix) in a root that
+    holds shards of several."""
     root = Path(path)
-    manifests = read_manifests(root)
     warnings: list[str] = []
+    manifests = read_manifests(root, run, warnings)
     for rank, manifest in sorted(manifests.items()):
         if manifest.get("status") != COMPLETE:
             warnings.append(
@@ -61,7 +70,7 @@ def open_trace(path: str | os.PathLike, *, threads: int = 2, memory_limit: str =
     world_size = max(int(m.get("world_size") or 1) for m in manifests.values())
     if len(manifests) < world_size:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
-    parts = find_parts(root, manifests, warnings)
+    parts = find_parts(root, manifests, warnings, verify=verify)
     return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
                  max_temp_size=max_temp_size)
 

@@ -44,7 +44,7 @@ def manifests(root: Path) -> dict[int, dict]:
 def table(root: Path, name: str, rank: int = 0) -> pa.Table:
     """Every part the rank's manifest lists, concatenated (each part must be readable)."""
     manifest = manifests(root)[rank]
-    parts = [pq.read_table(Path(root) / part) for part in manifest["parts"][name]]
+    parts = [pq.read_table(Path(root) / part["path"]) for part in manifest["parts"][name]]
     return pa.concat_tables(parts) if parts else TABLES[name].empty_table()
 
 
