@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from analyze import open_trace
+
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job
 
 TRIALS = 20
@@ -21,3 +23,5 @@ def test_two_ranks_starting_together_never_refuse_each_other(tmp_path):
         for rank, manifest in found.items():
             assert manifest["status"] == "complete" and manifest["world_size"] == 2
             assert manifest["counts"]["events"] > 0 and not reference_problems(root, rank)
+        with open_trace(root) as trace:  # one run: both ranks agreed on its id
+            assert trace.ranks == [0, 1] and trace.validate() == []

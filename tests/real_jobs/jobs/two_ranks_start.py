@@ -2,7 +2,9 @@
 
 usage: python two_ranks_start.py OUT_DIR [TRIALS]
 
-Two processes are spawned as a launcher would (RANK / WORLD_SIZE in the environment); in
+Two processes are spawned as a launcher would (RANK / WORLD_SIZE in the environment, and the
+job's id in TORCHELASTIC_RUN_ID, as `torchrun --standalone` sets it: no process group, so the
+ranks agree on the capture's run id through it); in
 each trial both wait on a barrier, then open a Recorder on OUT_DIR/trial-N at once, record a
 few ops and close. Writes OUT_DIR/result.json: per rank, the errors its trials raised.
 """
@@ -17,6 +19,7 @@ import torch.multiprocessing as mp
 
 def worker(rank: int, out_dir: str, trials: int, barrier, errors) -> None:
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), "2"
+    os.environ["TORCHELASTIC_RUN_ID"] = f"job-{os.getppid()}"
     import torch
 
     from capture import Recorder
