@@ -12,6 +12,21 @@ SCHEMA_VERSION = "1.2"
 # 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.
 
 
+# Columns and tables added after 1.0, by the minor that added them: a part written by an older
+# minor may lack them (they read as NULL); a part lacking any other column is damaged.
+ADDED_IN: dict[tuple[str, str], str] = {
+    ("events", "recompute"): "1.1",
+    ("module_events", "recompute"): "1.1",
+    ("collectives", "*"): "1.1",
+}
+
+
+def added_after(table: str, column: str, version: str) -> bool:
+    """True if `column` of `table` was added by a minor newer than `version`."""
+    added = ADDED_IN.get((table, column)) or ADDED_IN.get((table, "*"))
+    return added is not None and parse_version(added) > parse_version(version)
+
+
 class SchemaVersionError(ValueError):
     """A trace was written with a schema this reader cannot read."""
 

@@ -189,6 +189,8 @@ def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatc
     # Pretend the reader is 1.1 and part 0 was written by 1.0, before is01 existed.
     monkeypatch.setattr(schemas.version, "SCHEMA_VERSION", "1.1")
     monkeypatch.setattr(analyze.trace.parts, "SCHEMA_VERSION", "1.1")
+    monkeypatch.setitem(schemas.version.ADDED_IN, ("tensors", "is01"), "1.1")
+    monkeypatch.setitem(schemas.version.ADDED_IN, ("tensors", "parameter"), "1.1")
     # Part 0 lacks is01; both parts lack parameter (as if added in 1.1 and never written).
     rewrite_part(part(root, "tensors", index=0), lambda t: t.drop_columns(["is01", "parameter"]), version="1.0")
     rewrite_part(part(root, "tensors", index=1), lambda t: t.drop_columns(["parameter"]), version="1.0")
@@ -201,6 +203,10 @@ def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatc
         types = dict(trace.con.execute("SELECT column_name, column_type FROM (DESCRIBE tensors)").fetchall())
         assert types["is01"] == "BOOLEAN" and types["parameter"] == "VARCHAR"
         assert columns(trace, "tensors") == TABLES["tensors"].names + ["rank", "freed_seq"]
+    # A part of the version that has the column, without it, is damaged: NULLs would change numbers.
+    rewrite_part(part(root, "tensors", index=1), lambda t: t.drop_columns(["is01"]), version="1.1")
+    with pytest.raises(TraceError, match=r"part-00001.parquet: column \w+: missing \(schema 1.1 has it\)"):
+        open_trace(root)
 
 
 def test_unknown_extra_column_is_kept(trace_dir):
@@ -386,7 +392,9 @@ def test_validate_detects_repeated_seq_and_dangling_scope_and_module(tmp_path):
     assert any(p.startswith("events.(seq)") for p in problems)
     assert any(p.startswith("events.scope_id") and "77" in p for p in problems)
     assert any(p.startswith("module_events.module_id") and "42" in p for p in problems)
-    assert len(problems) == 3
+    # the repeated seq also breaks the record order, named by file, column and row
+    assert any("events/rank=0/part-00000.parquet: column seq, row" in p and "out of order" in p for p in problems)
+    assert len(problems) == 4
 
 
 def test_validate_detects_counts_that_disagree_with_the_manifest(trace_dir):

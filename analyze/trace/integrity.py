@@ -27,6 +27,7 @@ REFERENCES = [
     ("neuron_memories", "module_id", "modules", "module_id"),
     ("neuron_memories", "tensor_id", "tensors", "tensor_id"),
     ("optimizer_steps", "module_id", "modules", "module_id"),
+    ("collectives", "seq", "events", "seq"),
 ]
 # Columns that identify a row of their table, per rank.
 UNIQUE_KEYS = [
@@ -35,6 +36,7 @@ UNIQUE_KEYS = [
     ("scopes", "scope_id"),
     ("modules", "module_id"),
     ("stage_markers", "stage_id, kind"),
+    ("collectives", "seq"),
 ]
 
 

@@ -24,7 +24,7 @@ from analyze.trace.manifest import COMPLETE, TraceError, check_version, first_li
 from schemas import layout
 from schemas.safe_files import UnsafeFileError, check_plain_directory, open_regular
 from schemas.tables import TABLES
-from schemas.version import SCHEMA_VERSION, parse_version
+from schemas.version import SCHEMA_VERSION, added_after, parse_version
 
 LEFTOVERS_SHOWN = 5  # leftover files named one by one; the rest are counted
 
@@ -43,14 +43,15 @@ def _plain(schema_type: pa.DataType) -> pa.DataType:
     return schema_type.value_type if pa.types.is_dictionary(schema_type) else schema_type
 
 
-def schema_problem(found: pa.Schema, table: str) -> str | None:
-    """None if `found` has every required column of `table` with its type, and every optional
-    column it has with its type; else the first problem, naming the column."""
+def schema_problem(found: pa.Schema, table: str, version: str) -> str | None:
+    """None if `found` has every column of `table` that schema `version` has, each with its
+    type; else the first problem, naming the column. A column a later minor added may be
+    missing (it reads as NULL); any other missing column would read as NULL and change numbers."""
     for expected in TABLES[table]:
         index = found.get_field_index(expected.name)
         if index < 0:
-            if not expected.nullable:
-                return f"column {expected.name}: missing (required)"
+            if not added_after(table, expected.name, version):
+                return f"column {expected.name}: missing (schema {version} has it)"
             continue
         have = _plain(found.field(index).type)
         if have != _plain(expected.type):
@@ -91,7 +92,7 @@ def check_part(path: Path, table: str, *, rows: int | None = None, size: int | N
         if rows is not None and metadata.num_rows != rows:
             raise TraceError(f"{path}: holds {metadata.num_rows} rows, but {rows} were committed")
         try:
-            problem = schema_problem(metadata.schema.to_arrow_schema(), table)
+            problem = schema_problem(metadata.schema.to_arrow_schema(), table, version.decode())
         except (pa.ArrowException, ValueError) as exc:
             problem = f"unreadable schema ({first_line(exc)})"
         if problem:

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from analyze.trace.integrity import find_problems
 from analyze.trace.manifest import COMPLETE, read_manifests
+from analyze.trace.part_rows import part_problems
 from analyze.trace.parts import Part, find_parts
 from analyze.trace.views import create_views
 
@@ -134,8 +135,14 @@ class Trace:
         return int(self.con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0])
 
     def validate(self) -> list[str]:
-        """Deep checks of the rows; the problems found, one line each (empty when sound)."""
-        return find_problems(self.con, self.manifests, self.parts)
+        """Deep checks; the problems found, one line each (empty when sound): every committed
+        part's checksum, every column decoded, the plausibility rules of schemas/plausibility.py
+        and the record order (analyze/trace/part_rows.py); then, once every part reads, counts
+        against the manifests, unique ids and references across tables (integrity.py)."""
+        problems, all_readable = part_problems(self.con, self.parts)
+        if not all_readable:
+            return problems + ["(counts, unique ids and references not checked: some parts cannot be read)"]
+        return problems + find_problems(self.con, self.manifests, self.parts)
 
     def summary(self) -> dict:
         """What `spiketrace info` shows: manifest facts and headline counts (JSON-ready)."""

@@ -1,0 +1,72 @@
+"""Rules every row of a trace obeys, declared beside the schemas they constrain.
+
+`validate` checks each committed part against them (analyze/trace/part_rows.py), so a value a
+flipped bit or an edit made impossible is reported as one line naming the file, the column and
+the row, instead of turning into a silently wrong count. A rule is a DuckDB boolean expression
+over one row of its table; NULL passes (nullable columns are checked where they are set).
+
+ORDERED columns grow along the rank's record order: within a part and from one committed part
+to the next, every value is larger than the one before (`strict`) or not smaller.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Rule(NamedTuple):
+    table: str
+    column: str  # the column a failure is reported under
+    holds: str  # SQL, true for a plausible row
+    meaning: str
+
+
+def _product(shape: str) -> str:
+    return f"list_reduce(list_prepend(1::BIGINT, {shape}), lambda a, b: a * b)"
+
+
+_NON_NEGATIVE = {
+    "events": ["seq", "step", "scope_id", "thread"],
+    "event_tensors": ["seq", "k", "tensor_id", "position", "item"],
+    "tensors": ["tensor_id", "uid", "version", "first_seq", "storage_offset", "numel", "nnz"],
+    "tensor_frees": ["uid", "freed_seq"],
+    "op_stats": ["seq"],
+    "packed_inputs": ["seq", "tensor_id", "position"],
+    "scopes": ["scope_id"],
+    "modules": ["module_id", "parent_id"],
+    "module_events": ["seq", "module_id", "call_index", "step", "stage_id"],
+    "neuron_memories": ["seq", "module_id", "tensor_id"],
+    "stage_markers": ["seq", "stage_id", "step", "b_index", "t_index"],
+    "optimizer_steps": ["seq", "step", "optimizer_index", "call_index", "group_index", "param_index", "numel", "ndim"],
+    "collectives": ["seq", "input_bytes", "output_bytes", "group_rank"],
+}
+
+RULES: list[Rule] = [
+    Rule(table, column, f"{column} >= 0", "never negative")
+    for table, columns in _NON_NEGATIVE.items() for column in columns
+] + [
+    Rule("tensors", "shape", "list_min(shape) >= 0 OR len(shape) = 0", "sizes are never negative"),
+    Rule("tensors", "numel", f"numel = {_product('shape')}", "numel is the product of the shape"),
+    Rule("tensors", "stride", "len(stride) = len(shape)", "one stride per dimension"),
+    Rule("tensors", "element_size", "element_size IN (1, 2, 4, 8, 16)", "bytes per element of a torch dtype"),
+    Rule("tensors", "nnz", "nnz <= numel", "no more nonzeros than elements"),
+    Rule("event_tensors", "role", "role IN ('arg', 'kwarg', 'out')", "arg, kwarg or out"),
+    Rule("packed_inputs", "bits", f"octet_length(bits) = ({_product('shape')} + 7) // 8",
+         "one bit per element of the shape"),
+    Rule("module_events", "kind", "kind IN ('forward_pre', 'forward_post', 'backward_pre', 'backward_post')",
+         "a module hook kind"),
+    Rule("stage_markers", "kind", "kind IN ('begin', 'end')", "begin or end"),
+    Rule("stage_markers", "phase", "phase IN ('forward', 'backward', 'optimizer')", "a phase"),
+    Rule("events", "phase", "phase IN ('forward', 'backward', 'optimizer')", "a phase"),
+    Rule("optimizer_steps", "numel", f"numel = {_product('shape')}", "numel is the product of the shape"),
+    Rule("optimizer_steps", "ndim", "ndim = len(shape)", "ndim is the shape's length"),
+    Rule("collectives", "group_size", "group_size >= 1", "a group has a member"),
+    Rule("collectives", "group_rank", "group_rank < group_size", "a rank inside its group"),
+]
+
+# table -> (column, strictly increasing?) along the record order of a rank
+ORDERED: dict[str, tuple[str, bool]] = {
+    "events": ("seq", True),
+    "module_events": ("seq", True),
+    "stage_markers": ("seq", True),
+}
