@@ -462,3 +462,21 @@ def test_each_opened_trace_spills_to_its_own_capped_directory_removed_on_close(t
         with open_trace(root) as other:  # another reader of the same trace: another directory
             assert other.con.execute("SELECT current_setting('temp_directory')").fetchone()[0] != spill
     assert not os.path.exists(spill)
+
+
+def test_spill_directories_of_killed_readers_are_removed_by_the_next_reader(trace_dir, tmp_path, monkeypatch):
+    # `spiketrace sql` killed with SIGKILL cannot remove its spill directory; the next reader
+    # removes the directories whose owning process no longer runs, and only those.
+    import tempfile
+
+    from analyze.trace.reader import SPILL_PREFIX
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f"{SPILL_PREFIX}{dead.stdout.strip()}-abc"
+    alive = tmp_path / f"{SPILL_PREFIX}{os.getpid()}-def"
+    for directory in (orphan, alive):
+        directory.mkdir()
+        (directory / "duckdb_temp_block-1.block").write_bytes(b"x" * 100)
+    with open_trace(trace_dir):
+        assert not orphan.exists() and alive.exists()

@@ -48,6 +48,31 @@ def accepts_path(function):
     return wrapper
 
 
+SPILL_PREFIX = "spiketrace-duckdb-"
+
+
+def remove_orphaned_spills(directory: str | None = None) -> list[str]:
+    """Remove the spill directories of reader processes that no longer run (a killed
+    `spiketrace sql` cannot remove its own); return what was removed. The owner's pid is in
+    the directory's name; only directories owned by this user are considered."""
+    removed = []
+    base = Path(directory or tempfile.gettempdir())
+    for entry in base.glob(f"{SPILL_PREFIX}*"):
+        pid = entry.name[len(SPILL_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or entry.is_symlink() or not entry.is_dir() or entry.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process runs under that pid
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(str(entry))
+    return removed
+
+
 def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool = True, threads: int = 2,
                memory_limit: str = "1GB", max_temp_size: str = "8GB") -> Trace:
     """Open and check the trace at `path`; raises TraceError naming the file at fault.
@@ -106,7 +131,8 @@ class Trace:
         # What does not fit in memory_limit spills to a directory of this Trace's own, capped
         # at max_temp_size (a query needing more fails with DuckDB's message naming the limit),
         # and removed on close, or when the Trace is collected, so nothing is left behind.
-        self._spill = tempfile.mkdtemp(prefix=f"spiketrace-duckdb-{os.getpid()}-")
+        remove_orphaned_spills()
+        self._spill = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
         self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
         self.con.execute(f"SET temp_directory = '{self._spill}'")
         self.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
