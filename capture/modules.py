@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from capture.writer import TableBuffer
+from capture.table_buffer import TableBuffer
 
 # Properties neuron libraries expose through getters rather than instance attributes.
 _PROPERTY_ATTRIBUTES = ("step_mode", "v_threshold", "v_reset", "tau", "decay_input", "detach_reset", "backend", "store_v_seq")

@@ -12,7 +12,7 @@ import json
 import torch
 
 from capture.context import RecordingContext
-from capture.writer import TableBuffer
+from capture.table_buffer import TableBuffer
 
 
 def _hyperparameters(group: dict) -> str:

@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from capture.writer import TableBuffer
+from capture.table_buffer import TableBuffer
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 

@@ -1,12 +1,9 @@
-"""Buffered, columnar writing of a trace: Python lists per column, flushed to Parquet parts.
+"""Buffered, columnar writing of a trace: column buffers (capture/table_buffer.py) flushed to
+Parquet parts and committed in the manifest.
 
-Rows are appended to one list per column, so no Python object is created per row (list-typed
-cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
-Non-nullable integer columns (seq numbers, ids, sizes) are `array('q')`s instead: 8 bytes a
-value, and no int object kept per row. Buffered rows cost Python memory (measured: about
-0.6-1.5 KB an event with its tensor rows, benchmarks/capture_overhead.py), so
-`buffered_bytes_estimate` adds up what the buffers really hold (array and list storage, and
-the objects in a sample of each list), and `flush_bytes` bounds that.
+Buffered rows cost Python memory (measured: about 0.6-1.5 KB an event with its tensor rows,
+benchmarks/capture_overhead.py), so `buffered_bytes_estimate` adds up what the buffers really
+hold, and `flush_bytes` bounds that.
 A flush turns the lists into Arrow arrays and writes one part per table, each created
 exclusively (O_EXCL, through directory descriptors opened with O_NOFOLLOW, so never through
 a link someone left in the trace); then it commits them in one atomic manifest rewrite that
@@ -33,9 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sys
 import time
-from array import array
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,81 +38,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.failures import FailureLog, describe_error
+from capture.table_buffer import TableBuffer
 from capture.run_id import agree_run_id
 from capture.trace_root import TracePathError, prepare_root  # noqa: F401 - TracePathError re-exported
 from schemas import layout
 from schemas.safe_files import checksum_of_bytes, create_new
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION
-
-
-def _compact(f: pa.Field) -> bool:
-    """Held as array('q'): a non-nullable integer column."""
-    return pa.types.is_integer(f.type) and not f.nullable
-
-
-class TableBuffer:
-    """The pending rows of one table: `columns[name]` is a plain list per field (list-typed
-    fields hold a sequence, e.g. a torch.Size, or None per row), or an array('q') for a
-    non-nullable integer field. Both append, index, `del column[n:]` and `len()` alike."""
-
-    def __init__(self, name: str, schema: pa.Schema) -> None:
-        self.name = name
-        self.schema = schema
-        self.columns: dict[str, list | array] = {f.name: array("q") if _compact(f) else [] for f in schema}
-
-    def clear(self) -> None:
-        # In place: hot paths keep references to these very lists.
-        for column in self.columns.values():
-            del column[:]
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
-
-    def drop_partial_row(self) -> None:
-        """Remove a row whose append was cut short by a failure (some columns one longer)."""
-        lengths = [len(column) for column in self.columns.values()]
-        complete = min(lengths)
-        if max(lengths) != complete:
-            for column in self.columns.values():
-                del column[complete:]
-
-    def append(self, **values) -> None:
-        """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
-        for name, column in self.columns.items():
-            column.append(values.get(name))
-
-    def to_arrow(self) -> pa.Table:
-        arrays = []
-        for f in self.schema:
-            column = self.columns[f.name]
-            if isinstance(column, array):  # a copy of its buffer: the array stays resizable
-                values = pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(column.tobytes())])
-                arrays.append(values.cast(f.type))
-            else:
-                arrays.append(pa.array(column, type=f.type))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
-
-    def buffered_bytes(self, sample: int = 32) -> int:
-        """What the pending rows hold in memory: each column's storage, and for list columns
-        the objects in it, sized on the last `sample` rows (an object shared by rows of the
-        sample, an interned shape or argument string, counted once)."""
-        total = 0
-        for column in self.columns.values():
-            total += sys.getsizeof(column)
-            if not isinstance(column, array) and column:
-                tail = column[-sample:]
-                distinct = {id(value): value for value in tail}
-                total += int(sum(_size(value) for value in distinct.values()) * len(column) / len(tail))
-        return total
-
-
-def _size(value) -> int:
-    if value is None or value is True or value is False:
-        return 0
-    if isinstance(value, tuple):
-        return sys.getsizeof(value) + sum(sys.getsizeof(v) for v in value if not (-5 <= v <= 256 if type(v) is int else False))
-    return sys.getsizeof(value)
 
 
 ZSTD_LEVEL = 9  # measured: about a quarter smaller than the default level, at a small cost per flush
@@ -176,6 +103,53 @@ def _naming_file(exc: Exception, path: Path) -> Exception:
     if exc.errno is not None:
         return OSError(exc.errno, exc.strerror or str(exc), str(path))
     return OSError(f"{path}: {exc}")
+
+
+def write_part(root: Path, name: str, rank: int, index: int, table: pa.Table, run_id: str) -> tuple[Path, dict]:
+    """Write `table` as part `index` of table `name`, rank `rank`, created exclusively under its
+    final name; return its path and its manifest entry. The bytes are checksummed as written,
+    so a part is read once."""
+    relative = Path(name) / f"rank={rank}" / layout.part_name(index)
+    final = root / relative
+    metadata = dict(table.schema.metadata or {})
+    metadata[layout.METADATA_VERSION_KEY] = SCHEMA_VERSION.encode()
+    metadata[layout.METADATA_TABLE_KEY] = name.encode()
+    metadata[layout.METADATA_RUN_KEY] = run_id.encode()
+    delta, dictionary = _encodings(table.schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table.replace_schema_metadata(metadata),
+        sink,
+        compression="zstd",
+        compression_level=ZSTD_LEVEL,
+        use_dictionary=dictionary,
+        column_encoding={column: "DELTA_BINARY_PACKED" for column in delta},
+        write_page_checksum=True,  # validate names the damaged column of a damaged part
+    )
+    data = sink.getvalue()
+    directories: list[int] = []
+    created = False
+    try:
+        directories.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY))
+        directories.append(_open_directory(name, directories[-1]))
+        directories.append(_open_directory(f"rank={rank}", directories[-1]))
+        fd = os.open(final.name, _CREATE_FLAGS, 0o644, dir_fd=directories[-1])
+        created = True
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)  # on disk before the manifest commits it
+        finally:
+            os.close(fd)
+    except Exception as exc:
+        if created:  # ours, half written: frees the space a full disk needs for the manifest
+            final.unlink(missing_ok=True)
+        raise _naming_file(exc, final) from exc
+    finally:
+        for fd in directories:
+            os.close(fd)
+    entry = {"path": relative.as_posix(), "rows": table.num_rows, "bytes": data.size,
+             layout.CHECKSUM_NAME: checksum_of_bytes(data)}
+    return final, entry
 
 
 class TraceWriter:
@@ -272,50 +246,7 @@ class TraceWriter:
             self._saving = False
 
     def _write_part(self, name: str, table: pa.Table) -> tuple[Path, dict]:
-        """Write one part, created exclusively under its final name; return its path and its
-        manifest entry. The bytes are checksummed as written, so a part is read once."""
-        relative = Path(name) / f"rank={self.rank}" / layout.part_name(self.part_index)
-        final = self.root / relative
-        metadata = dict(table.schema.metadata or {})
-        metadata[layout.METADATA_VERSION_KEY] = SCHEMA_VERSION.encode()
-        metadata[layout.METADATA_TABLE_KEY] = name.encode()
-        metadata[layout.METADATA_RUN_KEY] = self.run_id.encode()
-        delta, dictionary = _encodings(table.schema)
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            table.replace_schema_metadata(metadata),
-            sink,
-            compression="zstd",
-            compression_level=ZSTD_LEVEL,
-            use_dictionary=dictionary,
-            column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-            write_page_checksum=True,  # validate names the damaged column of a damaged part
-        )
-        data = sink.getvalue()
-        directories: list[int] = []
-        created = False
-        try:
-            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-            directories.append(root_fd)
-            directories.append(_open_directory(name, root_fd))
-            directories.append(_open_directory(f"rank={self.rank}", directories[-1]))
-            fd = os.open(final.name, _CREATE_FLAGS, 0o644, dir_fd=directories[-1])
-            created = True
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)  # on disk before the manifest commits it
-            finally:
-                os.close(fd)
-        except Exception as exc:
-            if created:  # ours, half written: frees the space a full disk needs for the manifest
-                final.unlink(missing_ok=True)
-            raise _naming_file(exc, final) from exc
-        finally:
-            for fd in directories:
-                os.close(fd)
-        entry = {"path": relative.as_posix(), "rows": table.num_rows, "bytes": data.size,
-                 layout.CHECKSUM_NAME: checksum_of_bytes(data)}
-        return final, entry
+        return write_part(self.root, name, self.rank, self.part_index, table, self.run_id)
 
     def flush(self, *, empty_parts: bool = False) -> bool:
         """Write every non-empty buffer as a part (every buffer when `empty_parts`).

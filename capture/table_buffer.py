@@ -1,0 +1,86 @@
+"""One table's pending rows, held column by column until the writer flushes them.
+
+Rows are appended to one list per column, so no Python object is created per row (list-typed
+cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
+Non-nullable integer columns (seq numbers, ids, sizes) are `array('q')`s instead: 8 bytes a
+value, and no int object kept per row. `buffered_bytes` adds up what the buffers really hold,
+so the writer can bound it. Pure pyarrow, no torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+import pyarrow as pa
+
+
+def _compact(f: pa.Field) -> bool:
+    """Held as array('q'): a non-nullable integer column."""
+    return pa.types.is_integer(f.type) and not f.nullable
+
+
+class TableBuffer:
+    """The pending rows of one table: `columns[name]` is a plain list per field (list-typed
+    fields hold a sequence, e.g. a torch.Size, or None per row), or an array('q') for a
+    non-nullable integer field. Both append, index, `del column[n:]` and `len()` alike."""
+
+    def __init__(self, name: str, schema: pa.Schema) -> None:
+        self.name = name
+        self.schema = schema
+        self.columns: dict[str, list | array] = {f.name: array("q") if _compact(f) else [] for f in schema}
+
+    def clear(self) -> None:
+        # In place: hot paths keep references to these very lists.
+        for column in self.columns.values():
+            del column[:]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def drop_partial_row(self) -> None:
+        """Remove a row whose append was cut short by a failure (some columns one longer)."""
+        lengths = [len(column) for column in self.columns.values()]
+        complete = min(lengths)
+        if max(lengths) != complete:
+            for column in self.columns.values():
+                del column[complete:]
+
+    def append(self, **values) -> None:
+        """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
+        for name, column in self.columns.items():
+            column.append(values.get(name))
+
+    def to_arrow(self) -> pa.Table:
+        arrays = []
+        for f in self.schema:
+            column = self.columns[f.name]
+            if isinstance(column, array):  # a copy of its buffer: the array stays resizable
+                values = pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(column.tobytes())])
+                arrays.append(values.cast(f.type))
+            else:
+                arrays.append(pa.array(column, type=f.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def buffered_bytes(self, sample: int = 32) -> int:
+        """What the pending rows hold in memory: each column's storage, and for list columns
+        the objects in it, sized on the last `sample` rows (an object shared by rows of the
+        sample, an interned shape or argument string, counted once)."""
+        total = 0
+        for column in self.columns.values():
+            total += sys.getsizeof(column)
+            if not isinstance(column, array) and column:
+                tail = column[-sample:]
+                distinct = {id(value): value for value in tail}
+                total += int(sum(_size(value) for value in distinct.values()) * len(column) / len(tail))
+        return total
+
+
+def _size(value) -> int:
+    if value is None or value is True or value is False:
+        return 0
+    if isinstance(value, tuple):
+        return sys.getsizeof(value) + sum(sys.getsizeof(v) for v in value if not (-5 <= v <= 256 if type(v) is int else False))
+    return sys.getsizeof(value)
+
+
