@@ -82,7 +82,10 @@ class Recorder:
     `schedule`: which steps to record (capture.schedule(...), torch.profiler.schedule(...), or
     any `step -> bool`); None records every step. `on_trace_ready(path)`: called after each
     recorded cycle of the schedule was flushed to the trace, and at a clean close for a cycle
-    still open (without a schedule: once, at close). See the module docstring.
+    still open (without a schedule: once, at close). `compact`: merge the small parts of small
+    flushes into larger ones at close (capture/compaction.py), so readers pay per few parts.
+    `run_id`: the capture run's id; by default agreed by the ranks (capture/run_id.py).
+    See the module docstring.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class Recorder:
         defer_statistics: bool = False,
         flush_events: int = 200_000,
         flush_bytes: int = 256 << 20,
+        compact: bool = True,
         schedule: Callable[[int], bool] | None = None,
         on_trace_ready: Callable[[str], None] | None = None,
         metadata: dict | None = None,
@@ -113,6 +117,7 @@ class Recorder:
         self.defer_statistics = defer_statistics
         self.flush_events = flush_events
         self.flush_bytes = flush_bytes
+        self.compact = compact  # merge the small parts of small flushes at close (capture/compaction.py)
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready
         self.metadata = metadata or {}
@@ -162,6 +167,7 @@ class Recorder:
             "defer_statistics": self.defer_statistics,
             "flush_events": self.flush_events,
             "flush_bytes": self.flush_bytes,
+            "compact": self.compact,
             "schedule": describe(self.schedule),
         }
         import capture
@@ -182,6 +188,7 @@ class Recorder:
             device=_device_of(self.model),
             flush_rows=self.flush_events,
             flush_bytes=self.flush_bytes,
+            compact=self.compact,
         )
         tables = self.writer.tables
         self.writer.manifest["tracker_underflows"] = []

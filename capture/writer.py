@@ -37,7 +37,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from capture.failures import FailureLog, describe_error
+from capture.compaction import compact_rank
+from capture.failures import FailureLog, describe_error, logger
 from capture.table_buffer import TableBuffer
 from capture.run_id import agree_run_id
 from capture.trace_root import TracePathError, prepare_root  # noqa: F401 - TracePathError re-exported
@@ -168,6 +169,7 @@ class TraceWriter:
         flush_rows: int = 200_000,  # events per part
         flush_bytes: int = 256 << 20,
         run_id: str | None = None,
+        compact: bool = True,
     ) -> None:
         self.root = Path(root)
         self.rank = rank
@@ -176,6 +178,7 @@ class TraceWriter:
         self.tables = {name: TableBuffer(name, schema) for name, schema in TABLES.items()}
         self.flush_rows = flush_rows
         self.flush_bytes = flush_bytes
+        self.compact = compact
         # Called with the writer before buffers become Arrow: fills deferred values in place.
         self.before_flush: list[Callable[["TraceWriter"], None]] = []
         # Called once when a write fails: the recorder stops recording (nothing can be kept).
@@ -329,6 +332,20 @@ class TraceWriter:
         self.closed = True
         # A clean close leaves at least one part per table, so a missing table means damage.
         self.flush(empty_parts=True)
+        if self.compact and not self.failed:
+            self._compact()
         self.manifest["status"] = "failed" if self.failed else status
         self.manifest["ended_at"] = time.time()
         self._save_manifest()
+
+    def _compact(self) -> None:
+        """Merge the small parts of small flushes (capture/compaction.py). Optional work: a
+        failure is logged and the committed parts stay as they are."""
+        def commit(manifest: dict) -> None:
+            self.write_manifest()
+
+        try:
+            compact_rank(self.root, self.rank, self.manifest, commit, write_part)
+        except Exception as exc:  # noqa: BLE001 - the trace is whole without it
+            logger.warning("spiketrace: %s: small parts left as they are; compacting them failed (%s)",
+                           self.root, describe_error(exc))
