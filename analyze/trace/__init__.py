@@ -4,7 +4,7 @@ one DuckDB view per table plus the named SQL views (views.py, sql_views/), and t
 
 from analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
 from analyze.trace.parts import Part
-from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, accepts_path, open_trace
+from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceChangedError, accepts_path, open_trace
 
-__all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceError", "TraceNotFoundError",
-           "TraceVersionError", "accepts_path", "open_trace"]
+__all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceChangedError", "TraceError",
+           "TraceNotFoundError", "TraceVersionError", "accepts_path", "open_trace"]

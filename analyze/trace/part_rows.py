@@ -28,6 +28,8 @@ def checksum_problem(part: Part) -> str | None:
         return None
     try:
         found = checksum_of_file(part.path)
+    except FileNotFoundError:
+        raise  # removed since the trace was opened: the reader says the trace changed
     except OSError as exc:
         return f"{part.path}: unreadable ({first_line(exc)})"
     return None if found == part.checksum else f"{part.path}: checksum mismatch: changed after it was committed (damaged)"
@@ -37,6 +39,8 @@ def decode_problems(part: Part) -> list[str]:
     """Read every column of every row group: what cannot be decoded, one line per column."""
     try:
         parquet = pq.ParquetFile(part.path, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise
     except (OSError, pa.ArrowException) as exc:
         return [f"{part.path}: not a readable Parquet file ({first_line(exc)})"]
     problems = []

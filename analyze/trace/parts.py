@@ -29,6 +29,11 @@ from schemas.version import SCHEMA_VERSION, added_after, parse_version
 LEFTOVERS_SHOWN = 5  # leftover files named one by one; the rest are counted
 
 
+class PartVanishedError(TraceError):
+    """A committed part is missing: damage, unless a newer manifest no longer lists it (the
+    capture compacted its parts meanwhile, or a new run started), which open_trace retries."""
+
+
 @dataclass(frozen=True)
 class Part:
     path: Path
@@ -67,7 +72,7 @@ def check_part(path: Path, table: str, *, rows: int | None = None, size: int | N
     except UnsafeFileError as exc:
         raise TraceError(str(exc)) from exc
     except FileNotFoundError as exc:
-        raise TraceError(f"{path}: committed in the manifest, but missing") from exc
+        raise PartVanishedError(f"{path}: committed in the manifest, but missing") from exc
     except OSError as exc:
         raise TraceError(f"{path}: unreadable ({first_line(exc)})") from exc
     with os.fdopen(fd, "rb") as handle:

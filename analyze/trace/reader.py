@@ -26,9 +26,9 @@ import pandas as pd
 import pyarrow as pa
 
 from analyze.trace.integrity import find_problems
-from analyze.trace.manifest import COMPLETE, read_manifests
+from analyze.trace.manifest import COMPLETE, TraceError, read_manifests
 from analyze.trace.part_rows import part_problems
-from analyze.trace.parts import Part, find_parts
+from analyze.trace.parts import Part, PartVanishedError, find_parts
 from analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
@@ -49,6 +49,12 @@ def accepts_path(function):
 
 
 SPILL_PREFIX = "spiketrace-duckdb-"
+OPEN_ATTEMPTS = 3
+
+
+class TraceChangedError(TraceError):
+    """The trace's files changed while it was read (its capture compacted them, or a new run
+    started in its directory); what was read so far was consistent, but is superseded."""
 
 
 def remove_orphaned_spills(directory: str | None = None) -> list[str]:
@@ -82,13 +88,22 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     trace you trust). `run` picks one capture run (its id or a unique prefix) in a root that
     holds shards of several."""
     root = Path(path)
-    warnings: list[str] = []
-    manifests = read_manifests(root, run, warnings)
+    for attempt in range(OPEN_ATTEMPTS):
+        warnings: list[str] = []
+        manifests = read_manifests(root, run, warnings)
+        try:
+            parts = find_parts(root, manifests, warnings, verify=verify)
+            break
+        except PartVanishedError:
+            # A capture that compacts its parts at close removes the ones it replaced once the
+            # new list is committed: a reader that read the old list tries the new one.
+            if attempt + 1 == OPEN_ATTEMPTS or read_manifests(root, run) == manifests:
+                raise
     for rank, manifest in sorted(manifests.items()):
         if manifest.get("status") != COMPLETE:
             warnings.append(
-                f"rank {rank}: trace status is {manifest.get('status')!r}, not complete "
-                "(the capturing process probably died); only flushed rows are present"
+                f"rank {rank}: trace status is {manifest.get('status')!r}, not complete (still being "
+                "captured, or the capturing process died); this is the snapshot of its committed flushes"
             )
     if len({m.get("schema_version") for m in manifests.values()}) > 1:
         versions = {rank: m.get("schema_version") for rank, m in sorted(manifests.items())}
@@ -96,7 +111,6 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     world_size = max(int(m.get("world_size") or 1) for m in manifests.values())
     if len(manifests) < world_size:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
-    parts = find_parts(root, manifests, warnings, verify=verify)
     return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
                  max_temp_size=max_temp_size)
 
@@ -165,10 +179,25 @@ class Trace:
         part's checksum, every column decoded, the plausibility rules of schemas/plausibility.py
         and the record order (analyze/trace/part_rows.py); then, once every part reads, counts
         against the manifests, unique ids and references across tables (integrity.py)."""
-        problems, all_readable = part_problems(self.con, self.parts)
-        if not all_readable:
-            return problems + ["(counts, unique ids and references not checked: some parts cannot be read)"]
-        return problems + find_problems(self.con, self.manifests, self.parts)
+        try:
+            problems, all_readable = part_problems(self.con, self.parts)
+            if not all_readable:
+                return problems + ["(counts, unique ids and references not checked: some parts cannot be read)"]
+            return problems + find_problems(self.con, self.manifests, self.parts)
+        except (duckdb.IOException, OSError) as exc:
+            if self.changed_since_open():
+                raise TraceChangedError(
+                    f"{self.path}: the trace changed while it was read (its capture compacted its parts, or "
+                    "a new run started); open it again"
+                ) from exc
+            raise
+
+    def changed_since_open(self) -> bool:
+        """True if the manifests on disk are no longer the ones this Trace read."""
+        try:
+            return read_manifests(self.path, self.manifest.get("run_id")) != self.manifests
+        except TraceError:
+            return True
 
     def summary(self) -> dict:
         """What `spiketrace info` shows: manifest facts and headline counts (JSON-ready)."""
