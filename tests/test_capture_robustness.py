@@ -135,7 +135,7 @@ def test_flushing_writes_parts_and_keeps_every_row(tmp_path):
     model = SpikingMLP()
     inputs, target = example_batch()
     record_training_step(tmp_path / "t", model, inputs, target=target, loss_fn=nn.functional.mse_loss,
-                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1), flush_events=50)
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1), flush_events=50, compact=False)
     torch.manual_seed(0)
     model = SpikingMLP()
     record_training_step(tmp_path / "one", model, inputs, target=target, loss_fn=nn.functional.mse_loss,

@@ -181,7 +181,7 @@ def test_key_value_directories_above_the_trace_add_no_column(tmp_path):
 
 def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatch):
     root = tmp_path / "t"
-    writer = TraceWriter(root)
+    writer = TraceWriter(root, compact=False)  # parts stay as flushed
     fill(writer)
     writer.flush()  # part 0: the tensors of fill(), all with is01 = True
     add_tensor(writer, 13, 103)
@@ -301,7 +301,7 @@ def test_missing_table_in_a_complete_trace_is_an_error(trace_dir):
 
 def test_missing_listed_part_in_a_complete_trace_is_an_error(tmp_path):
     root = tmp_path / "t"
-    writer = TraceWriter(root)
+    writer = TraceWriter(root, compact=False)  # parts stay as flushed
     fill(writer)
     writer.flush()
     add_event(writer, 99, "aten.sub.Tensor")
@@ -317,7 +317,7 @@ def test_missing_listed_part_in_a_complete_trace_is_an_error(tmp_path):
 
 def test_crashed_trace_opens_incomplete_with_every_flushed_row(tmp_path):
     root = tmp_path / "t"
-    writer = TraceWriter(root)
+    writer = TraceWriter(root, compact=False)  # parts stay as flushed
     fill(writer)
     writer.flush()
     add_event(writer, 50, "aten.sub.Tensor")
@@ -452,7 +452,7 @@ def test_trace_repr_and_context_manager(trace_dir):
 
 def test_each_opened_trace_spills_to_its_own_capped_directory_removed_on_close(tmp_path):
     root = tmp_path / "t"
-    writer = TraceWriter(root)
+    writer = TraceWriter(root, compact=False)  # parts stay as flushed
     fill(writer)
     writer.close()
     with open_trace(root, max_temp_size="64MB") as trace:
