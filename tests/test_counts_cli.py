@@ -19,7 +19,8 @@ pytest.importorskip("torch")
 from capture.example import record_demo  # noqa: E402
 
 COUNTER_KEYS = {"total", "by_scope", "unsupported", "coverage", "coverage_calls", "not_applicable"}
-TRACE_KEYS = {"path", "schema_version", "complete", "ranks", "events"}
+TRACE_KEYS = {"path", "schema_version", "complete", "ranks", "events",
+              "degraded", "compiled", "compiled_seen", "tracker_underflows"}  # the last four: Trace.health()
 
 # Linear on a [T, N, features] input runs as one aten.addmm over m = T*N = 32 rows. With the
 # bias (beta=1), addmm costs 2*m*n*k FLOPs for the product plus m*n for adding the bias.

@@ -1,9 +1,9 @@
 """The `spiketrace` command group and what every command shares: one-line errors with exit
 code 2 (`--debug` shows the traceback), and the small text helpers.
 
-Exit codes: 0 success; 1 a check or gate failed (`validate`, `counts --strict`/`--min-coverage`,
-`diff --fail-if`); 2 the input could not be used (a bad trace, preset, query or option: one
-line `error: ...` on stderr).
+Exit codes: 0 success; 1 a check or gate failed (`validate`; `validate --strict` also on a
+degraded or incomplete capture; `counts --strict`/`--min-coverage`, `diff --fail-if`); 2 the
+input could not be used (a bad trace, preset, query or option: one line `error: ...` on stderr).
 
 This module imports click and nothing heavy: a command's module (and pandas, DuckDB, the
 engines) is imported only when that command runs, so `spiketrace --help` answers at once.
@@ -23,6 +23,8 @@ from analyze.present.safe_text import NonFiniteError, safe, safe_line
 # command -> (module that defines it, its one-line help for `spiketrace --help`; a test checks
 # these lines are the commands' own)
 COMMANDS = {
+    "collectives": ("analyze.cli.trace_commands",
+                    "Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind."),
     "counts": ("analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
     "demo": ("analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
     "diff": ("analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
@@ -118,8 +120,23 @@ def _table(frame) -> str:
 
 
 def _warn(trace) -> None:
+    """What the capture said about itself (a DEGRADED capture first), then the reader's warnings:
+    on stderr, so stdout stays the table."""
+    from analyze.present.health import health_lines
+
+    for line in health_lines(trace.health()):
+        click.echo(safe_line(line), err=True)
     for warning in trace.warnings:
         click.echo(f"warning: {safe_line(warning)}", err=True)
+
+
+def recompute_option():
+    """--recompute: what counts and energies do with the work activation checkpointing recomputed."""
+    return click.option(
+        "--recompute", type=click.Choice(["include", "exclude", "only"]), default=None,
+        help="Work torch.utils.checkpoint recomputed during backward: include it (default: it ran; neuromc "
+             "under --compat spikingjelly excludes it, as SpikingJelly does), exclude it (each forward once), "
+             "or only it.")
 
 
 def _fail(message: str, code: int) -> None:

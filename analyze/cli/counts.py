@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import click
 
-from analyze.cli.app import _fail, _warn, main, one_line
+from analyze.cli.app import _fail, _warn, main, one_line, recompute_option
 from analyze.present.safe_text import json_text
 from analyze.counters import count, load_rules
 from analyze.counters.user_rules import RuleError
 from analyze.present import counts as counts_view
+from analyze.present.health import recompute_note, recomputed_events
 from analyze.trace import open_trace
 
 
@@ -51,6 +52,7 @@ class Fraction(click.ParamType):
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
               help="Skip events while a module of this class (qualified or bare name) or path runs; repeatable.")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Count exactly as SpikingJelly 2.0.0 does.")
+@recompute_option()
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Your own rules: a TOML file of [counter] tables of \"op\" = \"SQL rule\" (repeatable).")
 @click.option("--strict", is_flag=True, help="Exit 1 when some counter has no rule for an op of the selection.")
@@ -60,7 +62,7 @@ class Fraction(click.ParamType):
               show_default=True, help="csv and parquet write the tidy frame (counter, scope, op, [stage,] value).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout (parquet needs it).")
 def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
-           compat, rule_files, strict, min_coverage, output_format, out) -> None:
+           compat, recompute, rule_files, strict, min_coverage, output_format, out) -> None:
     """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
 
     Example: spiketrace counts runs/step --by op --counter flop,mac --strict
@@ -76,9 +78,13 @@ def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank
             _fail(str(problem), 2)
     names = [n.strip() for item in counter_names for n in item.split(",") if n.strip()] or None
     selection = {"stage": stage, "phase": phase, "step": step, "rank": rank, "module": module,
-                 "ops": list(ops) or None, "ignore_modules": list(ignore_modules), "compat": compat}
+                 "ops": list(ops) or None, "ignore_modules": list(ignore_modules), "compat": compat,
+                 "recompute": recompute}
     with open_trace(trace_path) as trace:
         _warn(trace)
+        note = recompute_note(recomputed_events(trace), recompute or "include")
+        if note:
+            click.echo(note, err=True)
         try:
             result = count(trace, names, by=("stage",) if view == "stage" else (), **selection)
         except ValueError as exc:

@@ -1,8 +1,9 @@
 """`spiketrace energy`, `recost` and `presets`: thin commands over analyze.energy.
 
 `energy --format json` prints the report's fields (the model's `Report.to_json()`, SpikingJelly's
-field names); `presets show --format json` prints `Preset.to_json()`, whose dotted parameter
-keys are the ones `--set` and `recost --sweep` take.
+field names), with `model`, `scope` and `trace` (path, complete, and Trace.health(): degraded,
+compiled, compiled_seen, tracker_underflows); `presets show --format json` prints
+`Preset.to_json()`, whose dotted parameter keys are the ones `--set` and `recost --sweep` take.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import _table, main, model_option, warnings_to_stderr
+from analyze.cli.app import _table, _warn, main, model_option, recompute_option, warnings_to_stderr
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
+from analyze.energy.scopes import recompute_default
 from analyze.present.energy_table import energy_text, energy_views, total_of
+from analyze.present.health import recompute_note, recomputed_events
 from analyze.present.units import UNIT_CHOICES, format_energy
 from analyze.results import Analysis
 
@@ -52,25 +55,33 @@ def _progress(items):
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
+@recompute_option()
 @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
               "model reports; default: component, or the model's first).")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 @click.option("--units", type=click.Choice(UNIT_CHOICES), default="auto", show_default=True,
               help="Energy unit of the table (auto: the largest that keeps values at least 1).")
-def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, view, output_format,
-           units):
+def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, recompute, view,
+           output_format, units):
     """Energy of TRACE under one preset, by component, stage or module.
 
     Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage"""
     with Analysis(trace_path) as analysis, warnings_to_stderr():
+        trace = analysis.trace
+        _warn(trace)
         model = analysis.model(model, preset)
+        note = recompute_note(recomputed_events(trace), recompute or recompute_default(model, compat))
+        if note:
+            click.echo(note, err=True)
         report = analysis.energy(model, preset, overrides=overrides, stage=stage, step=step, rank=rank, compat=compat,
-                                 ignore_modules=ignore_modules, strict=strict)
-        modules = module_classes(analysis.trace)
+                                 ignore_modules=ignore_modules, strict=strict, recompute=recompute)
+        modules = module_classes(trace)
         classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
+        facts = {"path": str(trace.path), "complete": bool(trace.complete), **trace.health()}
     scope = energy_models.SCOPES[model].label
     if output_format == "json":
-        click.echo(json_text({"model": model, "scope": scope, **report.to_json()}, indent=2, default=str))
+        document = {"model": model, "scope": scope, **report.to_json(), "trace": facts}
+        click.echo(json_text(document, indent=2, default=str))
         return
     frame = report.to_frame()
     if output_format == "csv":

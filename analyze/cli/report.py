@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from analyze.cli.app import main, model_option, warnings_to_stderr
+from analyze.cli.app import _warn, main, model_option, warnings_to_stderr
 from analyze.present.diff import ConditionError, diff_traces
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.units import format_metric
@@ -80,5 +80,6 @@ def report(trace_path, out, model, preset):
     from analyze.present.report import write_report
 
     with Analysis(trace_path) as analysis, warnings_to_stderr():
+        _warn(analysis.trace)  # the page opens with it too, as a banner
         path = write_report(analysis, out, model=model, preset=preset)
     click.echo(f"wrote {path}")

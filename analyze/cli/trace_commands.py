@@ -1,8 +1,15 @@
-"""Commands that read a trace as it is: info, views, sql, validate.
+"""Commands that read a trace as it is: info, views, sql, validate, collectives.
 
-`info --format json` prints one object: {"trace": Trace.summary(), "ops": [{"op", "count"}],
-"stages": [rows of the stages view], "modules": [...]}. `sql --format json` prints a list of
-row objects. JSON output never holds NaN or Infinity (analyze/present/safe_text.py: exit 2).
+`info --format json` prints one object: {"trace": Trace.summary() (with Trace.health():
+degraded, compiled, compiled_seen, tracker_underflows), "ops": [{"op", "count"}], "stages":
+[rows of the stages view], "modules": [...], "collectives": [per kind: calls, input_bytes,
+output_bytes, bus_bytes]}. `sql` and `collectives --format json` print a list of row objects.
+JSON output never holds NaN or Infinity (analyze/present/safe_text.py: exit 2).
+
+What the capture said about itself (analyze/present/health.py) goes to stderr before the
+numbers: a DEGRADED capture, torch.compile seen, SpikingJelly tracker underflows. `validate`
+passes a degraded trace (it is readable and consistent) with "OK (degraded: ...)"; with
+--strict a degraded or incomplete capture exits 1.
 
 `sql` spills into a temp directory of its own process, capped by --max-temp-size and removed
 on exit; one a killed run left behind is removed by the next `sql`.
@@ -23,8 +30,10 @@ import threading
 from pathlib import Path
 
 import click
+import pandas as pd
 
-from analyze.cli.app import CommandUnavailable, _table, _warn, main, model_option, warnings_to_stderr
+from analyze.cli.app import CommandUnavailable, _fail, _table, _warn, main, model_option, warnings_to_stderr
+from analyze.present.health import degraded_summary, health_facts, health_lines
 from analyze.present.safe_text import json_text, safe_line
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
 from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
@@ -45,17 +54,29 @@ def _rows(trace: Trace, query: str) -> list[dict]:
     return trace.arrow(query).to_pylist()
 
 
+COLLECTIVES_QUERY = "SELECT * FROM collective_traffic ORDER BY rank, stage, phase, kind"
+COLLECTIVE_TOTALS_QUERY = """
+SELECT kind, sum(calls)::BIGINT AS calls, sum(input_bytes)::BIGINT AS input_bytes,
+       sum(output_bytes)::BIGINT AS output_bytes, sum(bus_bytes)::BIGINT AS bus_bytes
+FROM collective_traffic GROUP BY kind ORDER BY kind
+"""
+
+
 def print_info(trace: Trace, output_format: str) -> None:
     summary = trace.summary()
+    collectives = _rows(trace, COLLECTIVE_TOTALS_QUERY)
     if output_format == "json":
         document = {
             "trace": summary,
             "ops": _rows(trace, OP_COUNTS_QUERY),
             "stages": _rows(trace, STAGES_QUERY),
             "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
+            "collectives": collectives,
         }
         click.echo(json_text(document, indent=1, default=str))
         return
+    for line in health_lines(summary):  # stderr: stdout stays the summary
+        click.echo(safe_line(line), err=True)
     facts = {key: summary[key] for key in ("path", "status", "schema_version", "device", "ranks", "world_size")}
     if summary["status"] == "mixed":
         facts["status"] = ", ".join(f"rank {r}: {s}" for r, s in summary["rank_status"].items())
@@ -65,12 +86,16 @@ def print_info(trace: Trace, output_format: str) -> None:
         "steps_recorded": summary["steps_recorded"],
         "versions": json.dumps(summary["versions"]),
         "metadata": json.dumps(summary["metadata"], default=str),
+        **health_facts(summary),
     }
     click.echo(_fields(facts))
     for warning in summary["warnings"]:
         click.echo(f"warning: {safe_line(warning)}")
     click.echo("\ncounts:")
     click.echo(_fields(summary["counts"]))
+    if collectives:
+        click.echo("\ncollectives (all ranks; bytes; bus: per-link traffic of a ring algorithm):")
+        click.echo(_table(pd.DataFrame(collectives)))
     click.echo("\nops:")
     click.echo(_table(trace.op_counts()))
     click.echo("\nstages:")
@@ -211,10 +236,15 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
 
 @main.command()
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-def validate(trace_path: str) -> None:
+@click.option("--strict", is_flag=True, help="Also exit 1 when the capture was degraded (it failed internally "
+              "and the trace misses that work) or did not finish (incomplete).")
+def validate(trace_path: str, strict: bool) -> None:
     """Check TRACE deeply (counts, unique ids, references); exit 1 on problems.
 
-    Example: spiketrace validate runs/step"""
+    A degraded capture (its own failures, listed on stderr) is readable and consistent: it
+    passes, as "OK (degraded: ...)", unless --strict.
+
+    Example: spiketrace validate runs/step --strict"""
     with open_trace(trace_path) as trace:
         _warn(trace)
         problems = trace.validate()
@@ -223,6 +253,32 @@ def validate(trace_path: str) -> None:
         if problems:
             sys.exit(1)
         counts = ", ".join(f"{trace.count(table)} {table}" for table in trace.parts)
-        click.echo(f"OK: {safe_line(trace.path)} (ranks {trace.ranks}; {counts})")
+        degraded = degraded_summary(trace.health())
+        click.echo(f"{f'OK (degraded: {degraded})' if degraded else 'OK'}: {safe_line(trace.path)} "
+                   f"(ranks {trace.ranks}; {counts})")
+        if strict and (degraded or not trace.complete):
+            _fail(f"strict: {'the capture was degraded' if degraded else 'the capture did not finish'}", 1)
+
+
+@main.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+def collectives(trace_path: str, output_format: str) -> None:
+    """Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind.
+
+    The rows of the collective_traffic view (spiketrace views); a single-process trace has none.
+
+    Example: spiketrace collectives runs/ddp --format csv"""
+    with open_trace(trace_path) as trace:
+        _warn(trace)
+        frame = trace.sql(COLLECTIVES_QUERY)
+    if output_format == "json":
+        click.echo(json_text(frame.to_dict("records"), indent=1, default=str))
+    elif output_format == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif frame.empty:
+        click.echo("(no collectives: the trace ran no torch.distributed communication)")
+    else:
+        click.echo(_table(frame))
 
 

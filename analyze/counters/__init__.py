@@ -32,8 +32,8 @@ STATEFUL_COUNTERS = {"neuron_state": neuron_state}
 ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS, *STATEFUL_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
-__all__ = ["COUNTERS", "COMPAT_MODES", "CounterResult", "StrictModeError", "as_spikingjelly", "count", "counts",
-           "load_rules", "register_rule"]
+__all__ = ["COUNTERS", "COMPAT_MODES", "RECOMPUTE_CHOICES", "CounterResult", "StrictModeError", "as_spikingjelly",
+           "count", "counts", "load_rules", "register_rule"]
 
 
 def register_rule(op: str, counter: str, rule: str) -> str:
@@ -50,8 +50,28 @@ def _quote(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _where(stage=None, phase=None, step=None, rank=None, module=None, ops=None) -> str:
-    clauses = []
+# What to do with the work activation checkpointing (torch.utils.checkpoint) recomputed during
+# backward: the events and module calls the trace flags `recompute`. It ran, so "include" is the
+# default; "exclude" counts each forward once (the numbers of the run without checkpointing);
+# "only" shows what checkpointing cost.
+RECOMPUTE_CHOICES = ("include", "exclude", "only")
+
+
+def recompute_clause(recompute: str | None) -> str | None:
+    """SQL keeping the events (or module_events) `recompute` selects: None or "include" keeps
+    all (no clause), "exclude" drops the work torch.utils.checkpoint recomputed during
+    backward, "only" keeps just that work. A trace of schema 1.0 has no flag: nothing in it
+    counts as recomputed."""
+    if recompute in (None, "include"):
+        return None
+    if recompute not in RECOMPUTE_CHOICES:
+        raise ValueError(f"recompute must be one of {RECOMPUTE_CHOICES}, got {recompute!r}")
+    return "coalesce(recompute, false)" if recompute == "only" else "NOT coalesce(recompute, false)"
+
+
+def _where(stage=None, phase=None, step=None, rank=None, module=None, ops=None, recompute=None) -> str:
+    """SQL over `events` (stage, phase, step, rank and recompute also over `module_events`)."""
+    clauses = [clause for clause in [recompute_clause(recompute)] if clause]
     for column, value in (("stage", stage), ("phase", phase), ("step", step), ("rank", rank)):
         if value is not None:
             values = value if isinstance(value, (list, tuple, set)) else [value]
@@ -89,10 +109,14 @@ def count(
     ignore_modules=None,
     compat: str | None = None,
     strict: bool = False,
+    recompute: str | None = None,
     chunk_events: int = 500_000,
 ) -> CounterResult:
     """Run `counters` (names; all five by default) over the selected events of `trace`,
-    streamed in chunks of `chunk_events` events (memory stays bounded)."""
+    streamed in chunks of `chunk_events` events (memory stays bounded).
+
+    `recompute` ("include", the default; "exclude"; "only"): what to do with the work
+    activation checkpointing recomputed during backward (see recompute_clause)."""
     names = list(COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
     unknown = [n for n in names if n not in ALL_COUNTERS]
     if unknown:
@@ -104,7 +128,7 @@ def count(
     result = count_events(
         trace.con,
         {n: COUNTERS[n] for n in names if n in COUNTERS},
-        where=_where(stage, phase, step, rank, module, ops),
+        where=_where(stage, phase, step, rank, module, ops, recompute),
         group_by=tuple(by),
         ignore_modules=ignored,
         compat=compat,
@@ -118,7 +142,7 @@ def count(
         for macro in MACROS:
             trace.con.execute(macro)
         frame, details = STATEFUL_COUNTERS[name](
-            trace.con, where=_where(stage, phase, step, rank, module, ops), group_by=tuple(by),
+            trace.con, where=_where(stage, phase, step, rank, module, ops, recompute), group_by=tuple(by),
             ignore_modules=ignored, compat=compat,
         )
         frame = frame.assign(counter=name)[["counter", "scope", "op", *by, "value"]]
@@ -127,7 +151,7 @@ def count(
     for name in module_names:
         for macro in MACROS:
             trace.con.execute(macro)
-        frame = MODULE_COUNTERS[name](trace, ignored, where=_where(stage, phase, step, rank))
+        frame = MODULE_COUNTERS[name](trace, ignored, where=_where(stage, phase, step, rank, recompute=recompute))
         frame = frame.rename(columns={"metric": "op"}).assign(counter=name)[["counter", "scope", "op", "value"]]
         result.frame = pd.concat([result.frame, frame], ignore_index=True)
     return result

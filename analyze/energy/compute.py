@@ -137,11 +137,13 @@ def _tidy(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
 
 
 def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
-             **options) -> Activity:
-    """The counts of the selection (stage, step, rank: a value or a list each; all when None)."""
+             recompute=None, **options) -> Activity:
+    """The counts of the selection (stage, step, rank: a value or a list each; all when None).
+    `recompute`: the ops and module calls activation checkpointing recomputed in backward are
+    executed work, included by default; "exclude" leaves them out, "only" keeps just them."""
     if options:
-        raise TypeError(f"the compute model takes no options {sorted(options)} (it takes stage, step, rank)")
-    where, ignored = _where(stage=stage, step=step, rank=rank), _ignore_names(ignore_modules)
+        raise TypeError(f"the compute model takes no options {sorted(options)} (it takes stage, step, rank, recompute)")
+    where, ignored = _where(stage=stage, step=step, rank=rank, recompute=recompute), _ignore_names(ignore_modules)
     result = count_events(trace.con, {name: COUNTERS[name] for name in ("mac", "ac", "synop")}, where=where,
                           group_by=("stage",), totals_by=tuple(GROUPS), ignore_modules=ignored, compat=compat,
                           strict=strict)

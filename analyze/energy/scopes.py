@@ -34,6 +34,13 @@ TRAINING_PHASES = ("backward", "optimizer")
 DEFAULT_MODEL = {"training": "neuromc", "inference": "compute"}
 
 
+def recompute_default(model: str | None, compat: str | None) -> str:
+    """What a model does with the work activation checkpointing recomputed during backward when
+    not told (recompute=None): it ran, so it is counted and costed ("include"), except by
+    NeuroMC under compat="spikingjelly", which leaves it out as SpikingJelly does ("exclude")."""
+    return "exclude" if model == "neuromc" and compat == "spikingjelly" else "include"
+
+
 def trace_phases(trace, stage=None) -> dict[str, int]:
     """phase -> events of the selection (all stages, or `stage`)."""
     where = ""

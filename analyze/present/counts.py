@@ -24,7 +24,9 @@ Nothing here counts: the numbers come from analyze.counters; this module only ar
           "not_applicable": {"<op>": int}              # calls of ops it does not apply to
         }
       },
-      "trace": {"path": str, "schema_version": str, "complete": bool, "ranks": [int], "events": int}
+      "trace": {"path": str, "schema_version": str, "complete": bool, "ranks": [int], "events": int,
+                "degraded": {rank: [...]}, "compiled": bool, "compiled_seen": [str],
+                "tracker_underflows": [...]}                # Trace.health(), what the capture said
     }
 
 - One entry per requested counter, in the order asked. Scopes are SpikingJelly tracker names
@@ -148,6 +150,7 @@ def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
             "complete": bool(trace.complete),
             "ranks": [int(r) for r in trace.ranks],
             "events": int(trace.count("events")),
+            **trace.health(),
         },
     }
 

@@ -1,6 +1,6 @@
-"""A single self-contained HTML report of a trace: a summary with the model's scope and a few
-findings, what the numbers leave out, energy by component, stage, layer (and step and rank
-when the trace has several), operation counts, spike rates and coverage.
+"""A single self-contained HTML report of a trace: a banner if its capture was degraded, a summary
+with the model's scope and findings (the capture's own first), what the numbers leave out, energy by
+component, stage, layer (and step and rank when the trace has several), counts, spike rates, coverage.
 
 This module gathers the page's numbers from one Analysis (the energy model maps the trace
 once, the counters run once) into plain rows; `templates/report.html.j2` lays them out
@@ -32,6 +32,7 @@ from analyze.energy.scopes import trace_phases
 from analyze.present import plots
 from analyze.present.counts import STAGE_ORDER, coverage, human, human_bytes, percent
 from analyze.present.energy_table import energy_rows, total_of
+from analyze.present.health import report_health
 from analyze.present.units import format_energy
 from analyze.results import Analysis
 
@@ -347,6 +348,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2) -> d
     facts += [(f"metadata: {k}", v) for k, v in sorted((summary.get("metadata") or {}).items())]
     return {
         "title": f"spiketrace report: {name}", "trace_path": str(trace.path), "model": model, "depth": depth,
+        "health": report_health(trace, model),  # banner, findings, facts, caveats of the capture itself
         "nav": [("summary", "summary"), ("findings", "findings"), ("caveats", "caveats"), ("energy", "energy"),
                 ("energy-per-layer", "layers"), *[(f"per-{g}-view", f"per {g}") for g in groups],
                 ("operation-counts", "counts"), ("spiking", "spike rates"), ("coverage", "coverage")],

@@ -2,7 +2,9 @@
 
 Ops are attributed the way SpikingJelly attributes counts: to every name in the tracker's
 `parents` at that op (so a parent's count includes its children's). The spike rate of a
-module is the fraction of ones in its binary forward outputs, over the whole trace.
+module is the fraction of ones in its binary forward outputs, over the whole trace, each
+forward call once (a forward recomputed by activation checkpointing is not counted again;
+its ops are, in the backward phase, where they ran).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ by_scope AS (
 ),
 outputs AS (
     SELECT me.module_id, me.rank, UNNEST(me.outputs) AS tensor_id
-    FROM module_events me WHERE me.kind = 'forward_post'
+    FROM module_events me WHERE me.kind = 'forward_post' AND NOT coalesce(me.recompute, false)
 ),
 spikes AS (
     SELECT coalesce(m.tracker_name, m.path) AS scope,

@@ -206,9 +206,10 @@ def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str) ->
 
 
 def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
-             timesteps=None, conventions=CONVENTIONS, **options) -> LemaireActivity:
+             timesteps=None, conventions=CONVENTIONS, recompute=None, **options) -> LemaireActivity:
     """Map the trace's forward calls (all, or those of `stage`, `step`, `rank`: a value or a
-    list each) to Lemaire activity.
+    list each) to Lemaire activity. `recompute="exclude"` leaves out the forward calls activation
+    checkpointing recomputed during backward (included by default: they ran); "only" keeps just them.
 
     `conventions` limits what is mapped ("spikingjelly", "qualia"; both by default, so either
     preset costs the same activity). `timesteps` is Qualia's model.timesteps; by default the
@@ -217,7 +218,7 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     costing, in the convention it concerns."""
     if options:
         raise TypeError(f"the lemaire model takes no options {sorted(options)} "
-                        "(it takes stage, step, rank, ignore_modules, compat, strict, timesteps, conventions)")
+                        "(it takes stage, step, rank, ignore_modules, compat, strict, timesteps, conventions, recompute)")
     if compat not in (None, "spikingjelly", "qualia"):
         raise ValueError(f"lemaire: unknown compat {compat!r}; choose None, 'spikingjelly' or 'qualia'")
     conventions = (conventions,) if isinstance(conventions, str) else tuple(conventions)
@@ -225,7 +226,7 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     if bad:
         raise ValueError(f"lemaire: unknown convention(s) {bad}; choose from {CONVENTIONS}")
     ignored = _ignore_names(ignore_modules)
-    where = _where(stage=stage, step=step, rank=rank)
+    where = _where(stage=stage, step=step, rank=rank, recompute=recompute)
     call_facts(trace, where, ignored)
     _check_facts(trace)
     unsupported = _unsupported(trace, ignored)

@@ -21,6 +21,12 @@ SpikingJelly's estimator never runs optimizer.step() but models it from the opti
 and the aten ops inside an optimizer-phase stage are that step's own, so they are neither
 mapped nor uncosted.
 
+Recomputation (activation checkpointing: the forward ops and module calls the trace flags
+`recompute`) is executed work and is costed by default, as forward fragments of the stage it
+ran in; recompute="exclude" leaves it out, as SpikingJelly does (it skips every forward a
+backward stage runs with grad enabled), and so does compat="spikingjelly" unless recompute is
+given. recompute="only" keeps just it.
+
 Default mode fixes SpikingJelly's double and miscounts (Linear backward GEMMs counted twice,
 grouped convs over-counted by groups, a 3-D Linear input's rows, a binary-input BN backward
 counted twice) and refuses nothing: what no rule covers is listed, ranked by volume, in
@@ -35,7 +41,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analyze.counters import RECOMPUTE_CHOICES
 from analyze.energy.neuromc import rules
+from analyze.energy.scopes import recompute_default
 from analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
 from analyze.energy.neuromc.costs import PRESET_UNITS, Costs, MemoryInstanceSpec
 from analyze.energy.neuromc.fallback import (
@@ -83,11 +91,14 @@ def _ignore_names(ignore_modules) -> list[str]:
     return [m if isinstance(m, str) else f"{m.__module__}.{m.__qualname__}" for m in ignore_modules or ()]
 
 
-def _selected(frame: pd.DataFrame, stage, step, rank) -> pd.DataFrame:
+def _selected(frame: pd.DataFrame, stage, step, rank, recompute=None) -> pd.DataFrame:
     for column, value in (("stage", stage), ("step", step), ("rank", rank)):
         if value is not None and len(frame):
             values = value if isinstance(value, (list, tuple, set)) else [value]
             frame = frame[frame[column].isin(list(values))]
+    if recompute in ("exclude", "only") and len(frame):  # rows without the flag (optimizer) are not recomputed
+        flag = frame["recompute"].fillna(False).astype(bool) if "recompute" in frame else pd.Series(False, frame.index)
+        frame = frame[flag if recompute == "only" else ~flag]
     return frame
 
 
@@ -123,7 +134,8 @@ def _refusal_for_ops(ops: pd.DataFrame) -> str | None:
 
 
 def _module_part(trace, selection, spikingjelly, ignore_names, refusals, warnings, uncosted) -> pd.DataFrame:
-    modules, leftovers = module_fragments(trace, compat=spikingjelly, ignore_names=ignore_names)
+    modules, leftovers = module_fragments(trace, compat=spikingjelly, ignore_names=ignore_names,
+                                          recompute=selection[3] != "exclude")
     refused = pd.Series(False, index=modules.index)
     if spikingjelly and (modules["module_kind"] == "conv3d").any():
         refusals.append("NeuroMC runtime does not support nn.Conv3d yet.")
@@ -157,7 +169,7 @@ def _optimizer_part(trace, selection, spikingjelly, refusals, uncosted) -> pd.Da
 
 
 def _trace_part(trace, selection, spikingjelly, modules, refusals, uncosted) -> pd.DataFrame:
-    traced, events = trace_fragments(trace, compat=spikingjelly)
+    traced, events = trace_fragments(trace, compat=spikingjelly, recompute=selection[3] != "exclude")
     failed = events[events["error"].notna()]
     if len(failed):
         refusals.append(failed["error"].iloc[0])
@@ -179,12 +191,12 @@ def _assemble(parts: list[pd.DataFrame], traced: pd.DataFrame, selection) -> pd.
     Each part contributes just the fragment columns, and columns are added in place: on a
     long trace the fragments are the largest thing mapped, so they are not copied more than
     the sort needs."""
-    columns = list(rules.FRAGMENT_COLUMNS)
+    columns = [*rules.FRAGMENT_COLUMNS, "recompute"]
     frames = [p.reindex(columns=columns).assign(order_group=0) for p in parts if len(p)]
     frames.append(traced.reindex(columns=columns).assign(order_group=1))
     fragments = pd.concat(frames, ignore_index=True)
     del frames
-    fragments = _selected(fragments, *selection)
+    fragments = _selected(fragments, *selection).drop(columns="recompute")
     fragments = fragments.sort_values(["order_group", "rank", "seq", "sub"], kind="stable", ignore_index=True)
     fragments["fragment_id"] = fragments.groupby(["order_group", "rank", "seq", "sub"], sort=False).ngroup()
     fragments["order"] = range(len(fragments))
@@ -202,13 +214,17 @@ def _assemble(parts: list[pd.DataFrame], traced: pd.DataFrame, selection) -> pd.
 
 
 def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, step=None, rank=None,
-             **options) -> Activity:
-    """Map `trace` to NeuroMC activity. stage/step/rank select fragments (a value or a list)."""
+             recompute=None, **options) -> Activity:
+    """Map `trace` to NeuroMC activity. stage/step/rank select fragments (a value or a list);
+    recompute: "include" (the default), "exclude" (compat's default) or "only"."""
     if options:
-        raise TypeError(f"the neuromc model takes no options {sorted(options)} (it takes stage, step, rank)")
+        raise TypeError(f"the neuromc model takes no options {sorted(options)} (it takes stage, step, rank, recompute)")
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
-    spikingjelly, selection = compat == "spikingjelly", (stage, step, rank)
+    if recompute not in (None, *RECOMPUTE_CHOICES):
+        raise ValueError(f"recompute must be one of {RECOMPUTE_CHOICES}, got {recompute!r}")
+    spikingjelly = compat == "spikingjelly"
+    selection = (stage, step, rank, recompute or recompute_default(MODEL, compat))
     install(trace.con)
     ignore_names = _ignore_names(ignore_modules)
     refusals, warnings, uncosted = [], [], []

@@ -60,14 +60,17 @@ _ROLES_JOIN = """JOIN nmc_scope_roles s ON s.rank = e.rank AND s.scope_id = e.sc
 
 EVENTS_SQL = f"""
 WITH e AS MATERIALIZED (
-    SELECT e.rank, e.seq, e.step, e.op, e.stage, e.stage_id, coalesce(e.phase, 'forward') AS stage_phase,
+    SELECT e.rank, e.seq, e.step, e.op, e.stage, e.stage_id, coalesce(e.recompute, false) AS recompute,
+           -- a recomputed op is forward work, whichever stage it ran in
+           CASE WHEN e.recompute THEN 'forward' ELSE coalesce(e.phase, 'forward') END AS stage_phase,
            e.grad_enabled, e.args, json_array_length(e.args)::INTEGER AS n_args, s.module,
            coalesce(r.covered, false) AS covered, coalesce(r.ignored, false) AS ignored,
            coalesce(o.reuse_weights, false) AS reuse, coalesce(o.batch_norm_backward, true) AS bn_backward
     FROM events e {_ROLES_JOIN}
     LEFT JOIN stages o ON o.rank = e.rank AND o.stage_id = e.stage_id
     WHERE e.op IN {tuple(rules.FALLBACK_OPS)} AND coalesce(e.phase, '') <> 'optimizer'
-      AND NOT (coalesce(e.phase, 'forward') = 'backward' AND e.grad_enabled)
+      AND NOT (coalesce(e.phase, 'forward') = 'backward' AND e.grad_enabled
+               AND NOT ({{map_recomputed}} AND coalesce(e.recompute, false)))
 ),
 tensor AS MATERIALIZED (  -- the tensors of these ops only, not of every op of the trace
     SELECT u.rank, u.seq, u.role, u.position, t.shape, t.numel, t.is01, t.requires_grad
@@ -188,14 +191,17 @@ def _batch_norm_columns(frame: pd.DataFrame, events: pd.DataFrame, forward: pd.S
     frame.loc[backward, "phase"] = "backward"
 
 
-def trace_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def trace_fragments(trace, *, compat: bool, recompute: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(fragments, events): trace fragments (before deduplication) and the fallback events,
-    the latter with a `mapped` flag and an `error` message for ops SpikingJelly refuses."""
+    the latter with a `mapped` flag and an `error` message for ops SpikingJelly refuses.
+    SpikingJelly skips every op a backward stage runs with grad enabled (recomputation, as it
+    guesses it); with `recompute` the ops the trace flags as recomputed are mapped, as forward work."""
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_ignored_ops AS {IGNORED_OPS}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_scope_roles AS {SCOPE_SQL}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_event_roles AS {EVENT_ROLES}")
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_trainable_shapes AS {TRAINABLE_SHAPES}")
-    events = trace.sql(EVENTS_SQL).sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
+    query = EVENTS_SQL.replace("{map_recomputed}", str(bool(recompute)).lower())
+    events = trace.sql(query).sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
     events["error"] = None
     op, forward_phase = events["op"], events["stage_phase"] == "forward"
     masks = {"conv": (op == rules.CONVOLUTION) & forward_phase, "bn": (op == rules.BATCH_NORM) & forward_phase,
@@ -207,7 +213,7 @@ def trace_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFrame]
         events["mapped"] &= ~events["covered"]
     events.loc[events["ignored"], "mapped"] = False
 
-    frame = events[["rank", "step", "seq", "stage", "module"]].copy()
+    frame = events[["rank", "step", "seq", "stage", "module", "recompute"]].copy()
     frame["sub"], frame["T"], frame["OY"], frame["OX"], frame["FY"], frame["FX"], frame["G"] = 0, 1, 1, 1, 1, 1, 1
     frame["phase"] = events["stage_phase"]
     frame["op_name"] = op.replace({rules.BATCH_NORM: "bn.forward", rules.BATCH_NORM_BACKWARD: "bn.backward"})
@@ -242,7 +248,8 @@ def drop_duplicates_of_modules(trace_frame: pd.DataFrame, module_frame: pd.DataF
 
 UNCOSTED_SQL = f"""
 WITH candidates AS MATERIALIZED (
-    SELECT e.rank, e.step, e.seq, e.op, e.stage, coalesce(e.phase, 'forward') AS phase, s.module
+    SELECT e.rank, e.step, e.seq, e.op, e.stage, coalesce(e.phase, 'forward') AS phase, s.module,
+           coalesce(e.recompute, false) AS recompute
     FROM events e {_ROLES_JOIN}
     WHERE coalesce(e.phase, '') <> 'optimizer' AND NOT {_SPIKINGJELLY_IGNORES} AND {{scope}}
 ),

@@ -1,10 +1,12 @@
 """Module fragments: the work of each Conv/Linear/BatchNorm/neuron call, as SpikingJelly's
 NeuroMCEnergyProfiler maps it from its module hooks (spec 3.3.2), in one SQL pass.
 
-Forward: one fragment per forward call (skipped when a backward-phase stage re-runs a
-forward with grad enabled, i.e. checkpoint recomputation). Backward: per full-backward call,
-conv/linear give a grad-input fragment (when the input gradient exists) and a grad-weight
-fragment (when the weight requires grad), BN one, a neuron one. A non-neuron module's
+Forward: one fragment per forward call. SpikingJelly skips a forward that a backward-phase
+stage runs with grad enabled (checkpoint recomputation, as it guesses it); the trace flags
+recomputation (`recompute`), so a recomputed forward gives its fragment when asked to
+(`recompute=True`), and other grad-enabled forwards in backward stay skipped. Backward: per
+full-backward call, conv/linear give a grad-input fragment (when the input gradient exists)
+and a grad-weight fragment (when the weight requires grad), BN one, a neuron one. A non-neuron module's
 backward pairs with a forward input through a per-module LIFO stack, exactly as
 SpikingJelly's `_module_inputs[module].pop()`; the input's spike-ness picks the core type.
 
@@ -52,7 +54,8 @@ FROM (SELECT *, {KIND} AS kind,
 FORWARD_CALLS = """
 SELECT post.rank, post.module_id, post.seq, pre.seq AS pre_seq, post.step, post.stage, post.stage_id,
        coalesce(post.phase, 'forward') AS stage_phase, post.grad_enabled,
-       coalesce(pre.inputs[1], post.kwarg_inputs[1]) AS x_id, post.outputs[1] AS out_id
+       coalesce(pre.inputs[1], post.kwarg_inputs[1]) AS x_id, post.outputs[1] AS out_id,
+       coalesce(post.recompute, false) AS recompute
 FROM module_events post JOIN module_events pre
   ON pre.rank = post.rank AND pre.module_id = post.module_id AND pre.call_index = post.call_index
  AND pre.kind = 'forward_pre'
@@ -138,7 +141,7 @@ def _geometry(compat: bool, t: str) -> dict[str, str]:
     }
 
 
-def _forward_sql(compat: bool) -> str:
+def _forward_sql(compat: bool, recompute: bool) -> str:
     x, out = layout("x", "multi_step"), layout("out", "multi_step")
     conv = _geometry(compat, "out")
     linear_rows = x["B"] if compat else rows_of_features("x", "multi_step")
@@ -147,7 +150,8 @@ def _forward_sql(compat: bool) -> str:
     return f"""
 WITH c AS (SELECT f.*, s.kind, s.path, s.multi_step, s.weight_numel, s.groups, s.kernel, s.attributes
            FROM nmc_forward_calls f JOIN nmc_supported s USING (rank, module_id)
-           WHERE NOT s.ignored AND NOT (f.stage_phase = 'backward' AND f.grad_enabled)),
+           WHERE NOT s.ignored AND NOT (f.stage_phase = 'backward' AND f.grad_enabled
+                                        AND NOT ({str(recompute).lower()} AND f.recompute))),
 used AS ({used_tensors("c", ("x_id", "out_id"))}),
 facts AS (SELECT c.*, {x_select}, {o_select}, coalesce(o.reuse_weights, false) AS reuse
           FROM c {x_join} {o_join} LEFT JOIN stages o ON o.rank = c.rank AND o.stage_id = c.stage_id),
@@ -157,7 +161,7 @@ laid AS (SELECT *, nmc_spike(x_is01, x_numel) AS spike, {out['spatial']} AS out_
                 (multi_step AND (len(x_shape) < 3 OR len(out_shape) < 3)) AS bad_layout
          FROM facts s)
 SELECT rank, step, seq, 0 AS sub, stage, 'forward' AS phase, kind AS module_kind, path AS module, bad_layout,
-    replace(kind, 'conv3d', 'conv') || '.forward' AS op_name,
+    recompute, replace(kind, 'conv3d', 'conv') || '.forward' AS op_name,
     CASE WHEN kind IN ('conv', 'conv3d', 'linear') THEN CASE WHEN spike THEN 'fp_soma' ELSE 'ann_fe' END
          WHEN kind = 'bn' THEN CASE WHEN spike THEN 'fp_bn' ELSE 'ann_bn' END ELSE 'fp_soma' END AS core_type,
     CASE kind WHEN 'bn' THEN 'with_bn' WHEN 'soma' THEN 'with_sg' ELSE 'with_nothing' END AS process_key,
@@ -216,6 +220,7 @@ parts AS (
     UNION ALL SELECT *, 0, 'bn' FROM laid WHERE kind = 'bn'
     UNION ALL SELECT *, 0, 'soma' FROM laid WHERE kind = 'soma')
 SELECT rank, step, seq, sub, stage, 'backward' AS phase, kind AS module_kind, path AS module, bad_layout, unpaired,
+    false AS recompute,
     replace(kind, 'conv3d', 'conv') || '.backward' || CASE WHEN part IN ('bn', 'soma') THEN '' ELSE '.' || part END AS op_name,
     CASE part WHEN 'grad_input' THEN CASE WHEN spike THEN 'bp_grad' ELSE 'ann_be' END
               WHEN 'grad_weight' THEN CASE WHEN spike THEN 'wg' ELSE 'ann_we' END
@@ -257,12 +262,14 @@ def _register(con, ignore_names) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_regions AS {REGIONS}")
 
 
-def module_fragments(trace, *, compat: bool, ignore_names=()) -> tuple[pd.DataFrame, pd.DataFrame]:
+def module_fragments(trace, *, compat: bool, ignore_names=(),
+                     recompute: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(fragments, leftovers): module fragments in FRAGMENT_COLUMNS order plus module_kind,
-    bad_layout and unpaired; leftovers lists modules whose forward inputs were pushed but
-    never popped although the module ran backward (SpikingJelly's "selective backward")."""
+    bad_layout, unpaired and recompute (with `recompute`, recomputed forwards give fragments);
+    leftovers lists modules whose forward inputs were pushed but never popped although the
+    module ran backward (SpikingJelly's "selective backward")."""
     _register(trace.con, ignore_names)
-    forward = trace.sql(_forward_sql(compat)).assign(unpaired=False)
+    forward = trace.sql(_forward_sql(compat, recompute)).assign(unpaired=False)
     backward = trace.sql(_backward_sql(compat))
     frame = pd.concat([f for f in (forward, backward) if len(f)] or [forward], ignore_index=True)
     leftovers = trace.sql(LEFTOVERS)

@@ -222,10 +222,11 @@ class Report:
 
 
 def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
-             packed_inputs: bool = True, **options) -> Activity:
+             packed_inputs: bool = True, recompute=None, **options) -> Activity:
     """Map the trace's Conv2d calls (and neurons, Linear layers) of `stage`, `step`, `rank` (a
     value or a list each; all when None). packed_inputs=False skips loading the spike maps
-    (dense mode only then)."""
+    (dense mode only then). `recompute="exclude"` leaves out the calls activation checkpointing
+    recomputed during backward (included by default: they ran); "only" keeps just them."""
     if options:
         raise TypeError(f"the spikesim model takes no options {sorted(options)}")
     if compat not in (None, "spikingjelly"):
@@ -233,7 +234,7 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     from analyze.counters import _ignore_names, _where
     from analyze.counters.engine import ignored_scopes_sql
 
-    where = _where(stage=stage, step=step, rank=rank)
+    where = _where(stage=stage, step=step, rank=rank, recompute=recompute)
     names = _ignore_names(ignore_modules)
     listed = "[" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + "]"
     not_ignored = "" if not names else f"""AND NOT EXISTS (SELECT 1 FROM modules a WHERE a.rank = m.rank AND a.in_model

@@ -6,6 +6,8 @@
 -- the `stack` of its per-step outputs (SpikingJelly's multi_step_forward), so time_step t
 -- is the t-th stacked tensor, whose nnz the trace holds. When no such stack is found (a
 -- fused neuron kernel), the call gives one row with time_step NULL: the sequence average.
+-- Forward calls that activation checkpointing recomputes during backward are left out: they
+-- repeat a time step already counted (and would otherwise shift the positions).
 WITH calls AS (
     SELECT post.rank, post.module_id, post.step, pre.seq AS pre_seq, post.seq AS post_seq,
            post.outputs[1] AS out_id, m.attributes->>'step_mode' = 'm' AS multi_step,
@@ -14,7 +16,8 @@ WITH calls AS (
     JOIN module_events pre ON pre.rank = post.rank AND pre.module_id = post.module_id
          AND pre.call_index = post.call_index AND pre.kind = 'forward_pre'
     JOIN modules m ON m.rank = post.rank AND m.module_id = post.module_id
-    WHERE post.kind = 'forward_post' AND (m.is_leaf OR list_contains(json_keys(m.attributes), '$memories'))
+    WHERE post.kind = 'forward_post' AND NOT coalesce(post.recompute, false)
+      AND (m.is_leaf OR list_contains(json_keys(m.attributes), '$memories'))
 ),
 binary_calls AS (
     SELECT c.*, o.nnz, o.numel, o.storage_ptr, o.shape

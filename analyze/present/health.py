@@ -1,0 +1,135 @@
+"""What the capture said about itself, in words, before any number of the trace is shown.
+
+`Trace.health()` holds it as data (every rank's manifest): `degraded`, the capture's own
+failures per rank (site, what, error, count, first_seq); `compiled`, torch.compile seen while
+capturing (the trace is the eager graph); `tracker_underflows`, where SpikingJelly 2.0.0's
+ActiveModuleTracker would have aborted the run and the capture went on.
+
+A degraded trace is readable and consistent, but its numbers miss the work the capture
+failed to record, so every command that prints numbers says so first, on stderr (stdout stays
+the table, for pipes): `info`, `counts`, `energy`, `validate`, `sql`, `report`; the report page
+shows it as a banner and as its first findings; JSON documents carry `Trace.health()` as it is.
+
+The same commands note work that activation checkpointing recomputed, and what their numbers
+do with it (`--recompute`): not a fault of the capture, but a choice the reader must know of.
+"""
+
+from __future__ import annotations
+
+from analyze.energy.scopes import recompute_default
+
+SHOWN_KINDS = 3  # failure kinds named in the one DEGRADED line; the rest are counted
+
+
+def _times(n: int) -> str:
+    return f"{n} time{'' if n == 1 else 's'}"
+
+
+def degraded_line(health: dict) -> str | None:
+    """'DEGRADED: capture failed 12 times at dispatch (aten.convolution.default: ValueError:
+    ...); the numbers miss the work it did not record', or None for a sound capture."""
+    by_rank = health.get("degraded") or {}
+    entries = [(rank, entry) for rank, listed in sorted(by_rank.items()) for entry in listed]
+    if not entries:
+        return None
+    named_ranks = set(by_rank) != {"0"}  # a single-process trace needs no rank
+
+    def where(rank, entry) -> str:
+        prefix = f"on rank {rank} " if named_ranks else ""
+        return f"{prefix}at {entry.get('site')} ({entry.get('what')}: {entry.get('error')})"
+
+    total = sum(int(entry.get("count") or 0) for _, entry in entries)
+    ordered = sorted(entries, key=lambda item: -int(item[1].get("count") or 0))
+    if len(ordered) == 1:
+        what = " " + where(*ordered[0])
+    else:
+        what = ": " + ", ".join(f"{int(e.get('count') or 0)} {where(r, e)}" for r, e in ordered[:SHOWN_KINDS])
+        if len(ordered) > SHOWN_KINDS:
+            what += f", and {len(ordered) - SHOWN_KINDS} more kinds (spiketrace info --format json)"
+    return f"DEGRADED: capture failed {_times(total)}{what}; the numbers miss the work it did not record"
+
+
+def compiled_line(health: dict) -> str | None:
+    if not health.get("compiled"):
+        return None
+    listed = health.get("compiled_seen") or ["torch.compile"]
+    seen = "; ".join(listed[:2]) + (f"; and {len(listed) - 2} more" if len(listed) > 2 else "")
+    return (f"torch.compile was used while capturing ({seen}): the trace records the eager graph, "
+            "not the compiled program's fused ops")
+
+
+def underflow_line(health: dict) -> str | None:
+    underflows = health.get("tracker_underflows") or []
+    if not underflows:
+        return None
+    names = ", ".join(f"{u.get('tracker_name')} x{u.get('count')}" for u in underflows[:SHOWN_KINDS])
+    more = f" and {len(underflows) - SHOWN_KINDS} more" if len(underflows) > SHOWN_KINDS else ""
+    return (f"SpikingJelly 2.0.0's module tracker would have aborted this run (active_modules stack underflow "
+            f"at {names}{more}); the capture went on, so --compat spikingjelly numbers are of a run SpikingJelly "
+            "could not finish")
+
+
+def health_lines(health: dict) -> list[str]:
+    """What to say before the numbers, most serious first: the DEGRADED line as it is, the
+    others as `warning: ...`."""
+    lines = [degraded_line(health)]
+    lines += [f"warning: {line}" for line in (compiled_line(health), underflow_line(health)) if line]
+    return [line for line in lines if line]
+
+
+def degraded_summary(health: dict) -> str | None:
+    """'capture failed 12 times (1 kind)', or None for a sound capture."""
+    entries = [entry for listed in (health.get("degraded") or {}).values() for entry in listed]
+    if not entries:
+        return None
+    failures = sum(int(entry.get("count") or 0) for entry in entries)
+    return f"capture failed {_times(failures)} ({len(entries)} kind{'' if len(entries) == 1 else 's'})"
+
+
+def health_facts(health: dict) -> dict[str, str]:
+    """Short fields for `info` and the report's facts: capture, compiled, tracker underflows."""
+    summary = degraded_summary(health)
+    underflows = health.get("tracker_underflows") or []
+    return {
+        "capture": f"DEGRADED: {summary}" if summary else "sound",
+        "compiled": "yes (eager graph recorded)" if health.get("compiled") else "no",
+        "tracker_underflows": ", ".join(f"{u.get('tracker_name')} x{u.get('count')}" for u in underflows) or "none",
+    }
+
+
+def health_findings(health: dict) -> list[dict]:
+    """The report's first findings (headline, detail, warn), as report.findings makes them."""
+    found = []
+    for headline, line in (("capture degraded", degraded_line(health)), ("compiled", compiled_line(health)),
+                           ("tracker underflow", underflow_line(health))):
+        if line:
+            found.append({"headline": headline, "detail": line.removeprefix("DEGRADED: "), "warn": True})
+    return found
+
+
+def recomputed_events(trace) -> int:
+    """Events activation checkpointing recomputed during backward (0 in a trace of schema 1.0)."""
+    return int(trace.con.execute("SELECT count(*) FROM events WHERE coalesce(recompute, false)").fetchone()[0])
+
+
+def recompute_note(recomputed: int, choice: str) -> str | None:
+    """A note when the trace holds work activation checkpointing recomputed during backward
+    (`recomputed` events), saying what the numbers do with it (`choice`: include, exclude, only)."""
+    if not recomputed:
+        return None
+    ops = f"{recomputed} op{'' if recomputed == 1 else 's'} recomputed by activation checkpointing"
+    return {
+        "include": f"note: {ops} are included (they ran; --recompute exclude leaves them out)",
+        "exclude": f"note: {ops} are left out (--recompute include counts them)",
+        "only": f"note: only the {ops} are counted",
+    }[choice]
+
+
+def report_health(trace, model: str) -> dict:
+    """The report's share (analyze/present/report.py): the DEGRADED line as a banner, the
+    capture's findings (shown first), its facts, and a caveat on recomputed work, which the
+    report's numbers (the model's defaults) include or not."""
+    health = trace.health()
+    note = recompute_note(recomputed_events(trace), recompute_default(model, None))
+    return {"banner": degraded_line(health), "findings": health_findings(health),
+            "facts": list(health_facts(health).items()), "caveats": [note.removeprefix("note: ")] if note else []}
