@@ -72,7 +72,7 @@ def _write_all(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically, via a temporary file created afresh (O_EXCL)."""
     tmp = path.with_name(layout.temporary_name(path.name, _unique_suffix()))
     fd = create_new(tmp)
@@ -227,7 +227,7 @@ class TraceWriter:
             buffer.drop_partial_row()
 
     def write_manifest(self) -> None:
-        _atomic_write_text(
+        atomic_write_text(
             layout.manifest_path(self.root, self.rank), json.dumps(self.manifest, indent=1, default=str)
         )
 

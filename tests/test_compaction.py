@@ -12,7 +12,7 @@ from analyze import open_trace
 from analyze.counters import count
 from analyze.energy import energy
 from capture.compaction import CompactionError, compact_rank, plan
-from capture.writer import _atomic_write_text, write_part
+from capture.writer import atomic_write_text, write_part
 from schemas import layout
 
 pytest.importorskip("spikingjelly")
@@ -78,7 +78,7 @@ def test_compaction_at_close_leaves_only_committed_parts(tmp_path):
 def _compact(root, **options):
     manifest_file = root / layout.MANIFEST_NAME
     manifest = json.loads(manifest_file.read_text())
-    return compact_rank(root, 0, manifest, lambda m: _atomic_write_text(manifest_file, json.dumps(m)), write_part,
+    return compact_rank(root, 0, manifest, lambda m: atomic_write_text(manifest_file, json.dumps(m)), write_part,
                         small_bytes=MB, **options)
 
 

@@ -12,6 +12,7 @@ engines) is imported only when that command runs, so `spiketrace --help` answers
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
 from importlib import import_module
@@ -25,6 +26,7 @@ from analyze.present.safe_text import NonFiniteError, safe, safe_line
 COMMANDS = {
     "collectives": ("analyze.cli.trace_commands",
                     "Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind."),
+    "compact": ("analyze.cli.maintenance", "Merge TRACE's small committed parts into few, atomically."),
     "counts": ("analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
     "demo": ("analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
     "diff": ("analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
@@ -137,6 +139,24 @@ def recompute_option():
         help="Work torch.utils.checkpoint recomputed during backward: include it (default: it ran; neuromc "
              "under --compat spikingjelly excludes it, as SpikingJelly does), exclude it (each forward once), "
              "or only it.")
+
+
+def trace_options(command):
+    """--run and --verify/--no-verify on a command that opens traces: every trace it opens
+    (deep inside analyses, reports and diffs too) is opened so (analyze.trace.reader.open_defaults)."""
+
+    @click.option("--run", "run_id", metavar="ID", default=None,
+                  help="Open only capture run ID (or a unique prefix of it) of a directory holding shards of several.")
+    @click.option("--verify/--no-verify", default=True, show_default=True,
+                  help="Check every part's checksum on open (1.6-2 s per GB); --no-verify for a trace you trust.")
+    @functools.wraps(command)
+    def with_trace_options(*args, run_id, verify, **kwargs):
+        from analyze.trace.reader import open_defaults
+
+        with open_defaults(run=run_id, verify=verify):
+            return command(*args, **kwargs)
+
+    return with_trace_options
 
 
 def _fail(message: str, code: int) -> None:

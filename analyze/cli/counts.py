@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from analyze.cli.app import _fail, _warn, main, one_line, recompute_option
+from analyze.cli.app import _fail, _warn, main, one_line, recompute_option, trace_options
 from analyze.present.safe_text import json_text
 from analyze.counters import count, load_rules
 from analyze.counters.user_rules import RuleError
@@ -36,6 +36,7 @@ class Fraction(click.ParamType):
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--counter", "counter_names", multiple=True, metavar="NAMES",
               help="Counters to run, comma separated or repeated (default: all of analyze.counters.COUNTERS).")

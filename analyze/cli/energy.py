@@ -16,7 +16,7 @@ import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import _table, _warn, main, model_option, recompute_option, warnings_to_stderr
+from analyze.cli.app import _table, _warn, main, model_option, recompute_option, trace_options, warnings_to_stderr
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
 from analyze.energy.scopes import recompute_default
@@ -44,6 +44,7 @@ def _progress(items):
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @model_option()
 @click.option("--preset", metavar="NAME|FILE", help="Shipped preset name or TOML file (default: the model's).")
@@ -105,6 +106,7 @@ def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modul
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @model_option()
 @click.option("--preset", "presets", multiple=True, metavar="NAME|FILE", help="A preset to cost (repeatable).")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from analyze.cli.app import main, model_option, warnings_to_stderr
+from analyze.cli.app import main, model_option, trace_options, warnings_to_stderr
 from analyze.results import Analysis
 
 KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "compare")
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("kind", type=click.Choice(KINDS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="file.png, .svg, .pdf or .html")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from analyze.cli.app import _warn, main, model_option, warnings_to_stderr
+from analyze.cli.app import _warn, main, model_option, trace_options, warnings_to_stderr
 from analyze.present.diff import ConditionError, diff_traces
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.units import format_metric
@@ -20,6 +20,7 @@ def _change(relative) -> str:
 
 
 @main.command()
+@trace_options
 @click.argument("trace_a", metavar="A", type=click.Path())
 @click.argument("trace_b", metavar="B", type=click.Path())
 @model_option("Energy model")
@@ -69,6 +70,7 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="report.html")
 @model_option("Energy model")

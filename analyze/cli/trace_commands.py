@@ -27,15 +27,17 @@ import signal
 import sys
 import tempfile
 import threading
-from pathlib import Path
 
 import click
 import pandas as pd
 
-from analyze.cli.app import CommandUnavailable, _fail, _table, _warn, main, model_option, warnings_to_stderr
+from analyze.cli.app import (
+    CommandUnavailable, _fail, _table, _warn, main, model_option, trace_options, warnings_to_stderr,
+)
 from analyze.present.health import degraded_summary, health_facts, health_lines
 from analyze.present.safe_text import json_text, safe_line
 from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+from analyze.trace.spill import remove_orphans
 from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 
 
@@ -105,6 +107,7 @@ def print_info(trace: Trace, output_format: str) -> None:
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
 def info(trace_path: str, output_format: str) -> None:
@@ -171,25 +174,10 @@ def _size(ctx, param, value: str) -> str:
     return value.strip()
 
 
-def _remove_orphans(root: Path) -> None:
-    """Temp folders of this user's `sql` runs whose process is gone (killed): removed."""
-    for folder in root.glob(f"{TEMP_PREFIX}*-*"):
-        pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
-        try:
-            status = folder.lstat()
-            if not pid.isdigit() or status.st_uid != os.getuid() or not folder.is_dir() or folder.is_symlink():
-                continue
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            continue
-
-
 @contextlib.contextmanager
 def _scratch():
     """A temp folder of this process's own, removed on exit (SIGTERM too: it becomes an exit)."""
-    _remove_orphans(Path(tempfile.gettempdir()))
+    remove_orphans(TEMP_PREFIX)
     folder = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
     previous = signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number)) if main_thread else None
@@ -202,6 +190,7 @@ def _scratch():
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("query", required=False)
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
@@ -235,6 +224,7 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--strict", is_flag=True, help="Also exit 1 when the capture was degraded (it failed internally "
               "and the trace misses that work) or did not finish (incomplete).")
@@ -261,6 +251,7 @@ def validate(trace_path: str, strict: bool) -> None:
 
 
 @main.command()
+@trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 def collectives(trace_path: str, output_format: str) -> None:

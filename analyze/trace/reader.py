@@ -14,6 +14,8 @@ of its committed flushes.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import shutil
@@ -29,6 +31,7 @@ from analyze.trace.integrity import find_problems
 from analyze.trace.manifest import COMPLETE, TraceError, read_manifests
 from analyze.trace.part_rows import part_problems
 from analyze.trace.parts import Part, PartVanishedError, find_parts
+from analyze.trace.spill import remove_orphans
 from analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
@@ -57,36 +60,32 @@ class TraceChangedError(TraceError):
     started in its directory); what was read so far was consistent, but is superseded."""
 
 
-def remove_orphaned_spills(directory: str | None = None) -> list[str]:
-    """Remove the spill directories of reader processes that no longer run (a killed
-    `spiketrace sql` cannot remove its own); return what was removed. The owner's pid is in
-    the directory's name; only directories owned by this user are considered."""
-    removed = []
-    base = Path(directory or tempfile.gettempdir())
-    for entry in base.glob(f"{SPILL_PREFIX}*"):
-        pid = entry.name[len(SPILL_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or entry.is_symlink() or not entry.is_dir() or entry.stat().st_uid != os.getuid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # another user's process runs under that pid
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(str(entry))
-    return removed
+# How traces are opened where the caller does not say: the CLI's --run and --no-verify set it
+# for every trace a command opens (analyses, reports and diffs open theirs deep inside).
+_OPEN_DEFAULTS: contextvars.ContextVar[dict] = contextvars.ContextVar("spiketrace_open_defaults", default={})
 
 
-def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool = True, threads: int = 2,
+@contextlib.contextmanager
+def open_defaults(**options):
+    """Within the block, open_trace uses `options` (run=, verify=) where not given."""
+    token = _OPEN_DEFAULTS.set({**_OPEN_DEFAULTS.get(), **options})
+    try:
+        yield
+    finally:
+        _OPEN_DEFAULTS.reset(token)
+
+
+def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool | None = None, threads: int = 2,
                memory_limit: str = "1GB", max_temp_size: str = "8GB") -> Trace:
     """Open and check the trace at `path`; raises TraceError naming the file at fault.
 
-    Only committed parts are read (analyze/trace/parts.py). `verify` also compares each
-    part's checksum with the one committed (about 1 s per GB of parts; False skips it for a
-    trace you trust). `run` picks one capture run (its id or a unique prefix) in a root that
-    holds shards of several."""
+    Only committed parts are read (analyze/trace/parts.py). `verify` (default True) also
+    compares each part's checksum with the one committed (1.6-2 s per GB of parts; False skips
+    it for a trace you trust). `run` picks one capture run (its id or a unique prefix) in a
+    root that holds shards of several. Unset, both come from `open_defaults`."""
+    defaults = _OPEN_DEFAULTS.get()
+    run = defaults.get("run") if run is None else run
+    verify = defaults.get("verify", True) if verify is None else verify
     root = Path(path)
     for attempt in range(OPEN_ATTEMPTS):
         warnings: list[str] = []
@@ -145,7 +144,7 @@ class Trace:
         # What does not fit in memory_limit spills to a directory of this Trace's own, capped
         # at max_temp_size (a query needing more fails with DuckDB's message naming the limit),
         # and removed on close, or when the Trace is collected, so nothing is left behind.
-        remove_orphaned_spills()
+        remove_orphans(SPILL_PREFIX)
         self._spill = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
         self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
         self.con.execute(f"SET temp_directory = '{self._spill}'")
