@@ -1,6 +1,7 @@
-"""Reading a trace: its manifests and parts (manifest.py), deep row checks (integrity.py),
-one DuckDB view per table plus the named SQL views (views.py, sql_views/), and the opened
-`Trace` (reader.py)."""
+"""Reading a trace: its manifests, parsed by their schema (manifest.py, manifest_model.py), its
+committed parts, checked on open (parts.py), validate's checks of rows (part_rows.py) and
+across tables (integrity.py), one DuckDB view per table plus the named SQL views (views.py,
+sql_views/), spill directories (spill.py), and the opened `Trace` (reader.py)."""
 
 from analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
 from analyze.trace.parts import Part
