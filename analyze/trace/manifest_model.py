@@ -73,15 +73,16 @@ def _where(location: tuple) -> str:
 
 def check_manifest(manifest: Any) -> str | None:
     """None if `manifest` (parsed JSON) fits the schema, else one line naming the field."""
+    parts = manifest.get("parts") if isinstance(manifest, dict) else None
+    for table, entries in (parts.items() if isinstance(parts, dict) else ()):
+        if isinstance(entries, list) and len(entries) > MAX_PARTS:  # before parsing a million entries
+            return f"manifest field parts.{table}: {len(entries)} parts, more than the {MAX_PARTS} a rank may have"
     try:
-        model = Manifest.model_validate(manifest)
+        Manifest.model_validate(manifest)
     except ValidationError as exc:
         error = exc.errors()[0]
         location = tuple(item for item in error["loc"] if not (isinstance(item, str) and item in ("PartEntry", "str")))
         shown = repr(error.get("input"))
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         return f"manifest field {_where(location)}: {error['msg']} (found {shown})"
-    for table, entries in model.parts.items():
-        if len(entries) > MAX_PARTS:
-            return f"manifest field parts.{table}: {len(entries)} parts, more than the {MAX_PARTS} a rank may have"
     return None
