@@ -480,3 +480,13 @@ def test_spill_directories_of_killed_readers_are_removed_by_the_next_reader(trac
         (directory / "duckdb_temp_block-1.block").write_bytes(b"x" * 100)
     with open_trace(trace_dir):
         assert not orphan.exists() and alive.exists()
+
+
+def test_ranks_opens_a_shard_of_a_multi_rank_trace(tmp_path):
+    write_trace(tmp_path / "t", rank=0, world_size=2, ops=OPS)
+    write_trace(tmp_path / "t", rank=1, world_size=2, ops=OPS[:2])
+    with open_trace(tmp_path / "t", ranks=[1]) as shard:
+        assert shard.ranks == [1] and shard.count("events") == 2 and shard.validate() == []
+        assert not any("world size" in warning for warning in shard.warnings)
+    with pytest.raises(TraceError, match="no rank 5"):
+        open_trace(tmp_path / "t", ranks=[5])

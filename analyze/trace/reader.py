@@ -75,8 +75,9 @@ def open_defaults(**options):
         _OPEN_DEFAULTS.reset(token)
 
 
-def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool | None = None, threads: int = 2,
-               memory_limit: str = "1GB", max_temp_size: str = "8GB") -> Trace:
+def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool | None = None,
+               ranks: list[int] | None = None, threads: int = 2, memory_limit: str = "1GB",
+               max_temp_size: str = "8GB") -> Trace:
     """Open and check the trace at `path`; raises TraceError naming the file at fault.
 
     Only committed parts are read (analyze/trace/parts.py). `verify` (default True) also
@@ -89,14 +90,14 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     root = Path(path)
     for attempt in range(OPEN_ATTEMPTS):
         warnings: list[str] = []
-        manifests = read_manifests(root, run, warnings)
+        manifests = _only_ranks(root, read_manifests(root, run, warnings), ranks)
         try:
             parts = find_parts(root, manifests, warnings, verify=verify)
             break
         except PartVanishedError:
             # A capture that compacts its parts at close removes the ones it replaced once the
             # new list is committed: a reader that read the old list tries the new one.
-            if attempt + 1 == OPEN_ATTEMPTS or read_manifests(root, run) == manifests:
+            if attempt + 1 == OPEN_ATTEMPTS or _only_ranks(root, read_manifests(root, run), ranks) == manifests:
                 raise
     for rank, manifest in sorted(manifests.items()):
         if manifest.get("status") != COMPLETE:
@@ -108,10 +109,19 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
         versions = {rank: m.get("schema_version") for rank, m in sorted(manifests.items())}
         warnings.append(f"ranks were written with different schema versions: {versions}")
     world_size = max(int(m.get("world_size") or 1) for m in manifests.values())
-    if len(manifests) < world_size:
+    if len(manifests) < world_size and ranks is None:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
     return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
                  max_temp_size=max_temp_size)
+
+
+def _only_ranks(root: Path, manifests: dict[int, dict], ranks: list[int] | None) -> dict[int, dict]:
+    if ranks is None:
+        return manifests
+    missing = sorted(set(ranks) - set(manifests))
+    if missing:
+        raise TraceError(f"{root}: no rank {missing[0]} (its ranks are {sorted(manifests)})")
+    return {rank: manifests[rank] for rank in sorted(set(ranks))}
 
 
 class Trace:
