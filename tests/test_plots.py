@@ -98,6 +98,35 @@ def test_spike_heatmap_cells_are_the_views_rates(trace_path):
         assert grid[layers.index(scope), int(step)] == pytest.approx(rate)
 
 
+def test_training_curve_draws_each_steps_energy_and_spike_rate(tmp_path):
+    from tests.training_runs import record
+
+    path = record(tmp_path / "t", 4)  # 4 training steps of a spiking conv net, each with an eval forward
+    with open_trace(path) as trace:
+        report = energy(trace, "neuromc")
+        figure = plots.training_curve(trace, "neuromc")
+        # By hand: the spike rate of a step is sum(nnz) / sum(numel) over the binary outputs of
+        # the forward calls of the layers in that step, training and eval: LIF, Flatten, IF (the
+        # neurons are not leaves: their surrogate function is a child module).
+        by_hand = trace.sql(
+            "SELECT e.step, sum(t.nnz) / sum(t.numel) AS rate FROM module_events e "
+            "JOIN modules m ON m.rank = e.rank AND m.module_id = e.module_id "
+            "JOIN tensor_states t ON t.rank = e.rank AND t.tensor_id = e.outputs[1] "
+            "WHERE e.kind = 'forward_post' AND (m.is_leaf OR m.class_name IN ('LIFNode', 'IFNode')) AND t.is01 "
+            "GROUP BY e.step ORDER BY e.step")
+    energy_axes, rate_axes = figure.axes
+    [energy_line], [rate_line] = energy_axes.get_lines(), rate_axes.get_lines()
+    steps = sorted(int(step) for step in report.energy_by_step)
+    assert list(energy_line.get_xdata()) == steps == [0, 1, 2, 3]
+    unit = energy_axes.get_ylabel().split("(")[1].rstrip(")")
+    scale = {"pJ": 1, "nJ": 1e3, "µJ": 1e6, "uJ": 1e6, "mJ": 1e9, "J": 1e12}[unit]
+    np.testing.assert_allclose(energy_line.get_ydata() * scale, [report.energy_by_step[str(s)] for s in steps],
+                               rtol=1e-9)
+    assert sum(report.energy_by_step.values()) == pytest.approx(report.energy_total_pj, rel=1e-9)
+    np.testing.assert_allclose(rate_line.get_ydata(), by_hand["rate"].to_numpy(), rtol=1e-12)
+    assert 0 < min(rate_line.get_ydata()) and "training" in energy_axes.get_title() and not texts_overlap(figure)
+
+
 def test_roofline_points_and_ridge(trace_path):
     with open_trace(trace_path) as trace:
         figure = plots.roofline(trace, peak_flops=1e12, bandwidth=1e11)
@@ -141,7 +170,7 @@ def test_compare_and_saving_formats(trace_path, tmp_path):
 
 
 @pytest.mark.parametrize("kind, extra", [
-    ("energy", []), ("stages", ["--preset", "compute-int8-45nm"]), ("spikes", []),
+    ("energy", []), ("stages", ["--preset", "compute-int8-45nm"]), ("spikes", []), ("training", []),
     ("roofline", ["--peak-flops", "1e12", "--bandwidth", "1e11"]),
 ])
 def test_plot_cli(trace_path, tmp_path, kind, extra):

@@ -8,7 +8,7 @@ import pandas as pd
 from analyze.cli.app import main, model_option, trace_options, warnings_to_stderr
 from analyze.results import Analysis
 
-KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "compare")
+KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-heatmap", "compare")
 
 
 @main.command()
@@ -16,8 +16,8 @@ KINDS = ("energy", "stages", "spikes", "roofline", "sweep", "sweep-heatmap", "co
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("kind", type=click.Choice(KINDS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="file.png, .svg, .pdf or .html")
-@model_option("Energy model (energy, stages, compare)")
-@click.option("--preset", metavar="NAME|FILE", help="Preset (energy, stages, compare).")
+@model_option("Energy model (energy, stages, training, compare)")
+@click.option("--preset", metavar="NAME|FILE", help="Preset (energy, stages, training, compare).")
 @click.option("--recost", "recost_path", type=click.Path(exists=True, dir_okay=False),
               help="sweep, sweep-heatmap: a `spiketrace recost` result (.parquet or .csv).")
 @click.option("--x", "x_key", metavar="KEY", help="sweep, sweep-heatmap: the swept key on the x axis.")
@@ -48,6 +48,8 @@ def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other,
             figure = plots.stage_breakdown(analysis, model, preset)
         elif kind == "spikes":
             figure = plots.spike_rate_heatmap(analysis)
+        elif kind == "training":
+            figure = plots.training_curve(analysis, model, preset)
         elif kind == "roofline":
             figure = plots.roofline(analysis, peak_flops=peak_flops, bandwidth=bandwidth)
         else:

@@ -10,6 +10,7 @@ title, axis labels with units and labels that do not overlap; `save(figure, path
     energy_by_layer(results)      stacked bars per module: compute and memory components
     stage_breakdown(results)      energy per stage (forward / backward / optimizer)
     spike_rate_heatmap(results)   layer x time step firing rate
+    training_curve(results)       energy and spike rate per recorder step, over training
     roofline(results)             arithmetic intensity vs FLOPs per module, optional peaks
     sweep_curves(frame, key)      total energy vs a swept preset key (from recost)
     sweep_heatmap(frame, x, y)    total energy over two swept keys
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from analyze.energy import SCOPES
 from analyze.present.counts import module_classes, short_class
@@ -165,6 +167,35 @@ def spike_rate_heatmap(results):
     axes.set_ylabel("layer")
     axes.set_title("Spike rate per layer and time step")
     figure.colorbar(image, ax=axes, label="spike rate (fraction of ones)")
+    return figure
+
+
+def training_curve(results, model: str | None = None, preset=None, **options):
+    """Energy per recorder step (the model's energy_by_step, all ranks) and the spike rate of
+    the binary layer outputs per step (the training_spike_rates view): the energy-over-training
+    picture of a long run or a schedule."""
+    report, model = energy_report(results, model, preset, **options)
+    energy = pd.Series({int(step): pj for step, pj in report.energy_by_step.items()}).sort_index()
+    if energy.empty:
+        raise ValueError("no recorder steps with energy: nothing to draw over training")
+    rates = _trace_of(results).sql(
+        "SELECT step, sum(ones) / sum(elements) AS rate FROM training_spike_rates GROUP BY step ORDER BY step")
+    scale, unit = energy_scale(energy.to_numpy())
+    figure = PlotFigure(figsize=(max(8.0, 0.15 * len(energy) + 5), 5.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    energy_axes, rate_axes = figure.subplots(2, 1, sharex=True)
+    energy_axes.plot(energy.index, energy.to_numpy() / scale, marker="o", color="#4C72B0")
+    energy_axes.set_ylabel(f"energy per step ({unit})")
+    energy_axes.set_title(f"Energy and spike rate over training{_about(model, preset)}")
+    energy_axes.tick_params(labelbottom=False)
+    rate_axes.plot(rates["step"], rates["rate"], marker="s", color="#C44E52")
+    rate_axes.set_ylabel("spike rate")
+    rate_axes.set_ylim(bottom=0)
+    rate_axes.set_xlabel("recorder step")
+    rate_axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    for axes in (energy_axes, rate_axes):  # ticks matplotlib places beyond the limits carry labels too
+        low, high = axes.get_ylim()
+        axes.set_yticks([tick for tick in axes.get_yticks() if low <= tick <= high])
     return figure
 
 
