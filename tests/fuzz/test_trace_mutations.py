@@ -62,7 +62,7 @@ def original(tmp_path_factory):
     from tests.training_runs import record
 
     root = tmp_path_factory.mktemp("fuzz") / "original"
-    record(root, 2, flush_events=160)  # several committed parts per table
+    record(root, 2, flush_events=160, compact=False)  # several committed parts per table
     with open_trace(root) as trace:
         assert trace.validate() == []
         return root, numbers(trace)
