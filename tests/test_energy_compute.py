@@ -149,3 +149,75 @@ def test_energy_and_recost_cli(tmp_path):
     assert_close(float(one["pj"].iloc[0]), expected)
     bad = runner.invoke(main, ["energy", str(path), "--model", "compute", "--set", "e_mac_pj=-2"])
     assert bad.exit_code == 2 and bad.output.startswith("error: ") and "e_mac_pj" in bad.output
+
+
+def _both(tmp_path, model, x, *, strict):
+    """SpikingJelly's estimate (its report, or the exception it raised) and the recorded trace of the same call."""
+    import torch
+    from spikingjelly.activation_based import functional
+
+    profiler = SimpleEnergyProfiler(config=SimpleEnergyConfig(strict=strict))
+    profiler.bind_model(model)
+    with profiler, torch.no_grad():
+        model(x)
+    try:
+        expected = profiler.get_report()
+    except RuntimeError as refusal:
+        expected = refusal
+    functional.reset_net(model)
+    with Recorder(tmp_path / "trace", model=model), torch.no_grad():
+        model(x)
+    return expected, tmp_path / "trace"
+
+
+def test_strict_refuses_only_when_nothing_matched(tmp_path):
+    """SimpleEnergyConfig.strict: SpikingJelly counts with a non-strict dispatch mode, so a
+    Linear's `aten.t` (no mac/ac/synop rule) is no refusal; before, strict raised on it where
+    it counts as uncovered (compat: StrictModeError "strict: mac has no rule for aten.t.default"),
+    now both modes equal SpikingJelly's report."""
+    import dataclasses
+
+    import torch
+    from spikingjelly.activation_based import neuron
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), neuron.IFNode())
+    expected, path = _both(tmp_path, model, torch.rand(2, 4), strict=True)
+    with open_trace(path) as trace:
+        got = energy(trace, "compute", strict=True)
+        compat = energy(trace, "compute", compat="spikingjelly", strict=True)  # where every op without a rule is uncovered
+    for report in (got, compat):
+        assert report.counts == expected.counts and report.warnings == expected.warnings == []
+        assert_close(report.energy_total_pj, expected.energy_total_pj)
+    assert got.model_info == dataclasses.asdict(expected.model_info)  # before: no model_info at all
+
+
+def test_nothing_matched_is_refused_alike(tmp_path):
+    """A ReLU alone: no rule of the three counters and no module the memory counter knows.
+    SpikingJelly warns, and with strict raises RuntimeError, with the same message."""
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.ReLU())
+    expected, path = _both(tmp_path / "lenient", model, torch.rand(2, 4), strict=False)
+    refusal, _ = _both(tmp_path / "strict", model, torch.rand(2, 4), strict=True)
+    with open_trace(path) as trace:
+        assert energy(trace, "compute").warnings == expected.warnings and len(expected.warnings) == 1
+        with pytest.raises(RuntimeError) as ours:
+            energy(trace, "compute", strict=True)
+    assert isinstance(refusal, RuntimeError) and str(ours.value) == str(refusal)
+
+
+def test_empty_batch_matched_something(tmp_path):
+    """A Linear on an empty batch: its addmm matched a rule with the value 0, and the Linear's
+    call reached the memory counter, so SpikingJelly does not warn. Before, spiketrace warned
+    because the values summed to 0 (and strict raised)."""
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 3))
+    expected, path = _both(tmp_path, model, torch.rand(0, 4), strict=True)
+    with open_trace(path) as trace:
+        got = energy(trace, "compute", strict=True)
+    assert got.warnings == expected.warnings == [] and got.energy_total_pj == expected.energy_total_pj == 0

@@ -9,6 +9,12 @@ compat="spikingjelly" adds what SimpleEnergyProfiler's own machinery leaks into 
 count (docs/deviations.md 6): its memory counter's conv fan-out probe, run in a module hook,
 ends in an `aten.sum` that its ACCounter counts as numel - 1 additions, once per
 binary-input conv call.
+
+strict is SimpleEnergyConfig.strict: SpikingJelly's profiler counts with a non-strict
+dispatch mode (an op without a rule, such as `aten.t`, is simply not counted) and refuses
+only a run in which nothing matched: no mac/ac/synop rule recorded an op (a matched op
+counts even when its value is 0, so an empty batch matched) and no Conv/Linear/neuron module
+call reached the memory counter. Then it warns, or with strict raises RuntimeError.
 """
 
 from __future__ import annotations
@@ -29,6 +35,17 @@ MODEL = "compute"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ", "e_memory_pj_per_byte": "pJ/byte"}
 QUANTITIES = ("mac", "ac", "synop", "weight_read_bytes", "bias_read_bytes",
               "neuron_state_read_bytes", "neuron_state_write_bytes")
+# SimpleEnergyProfiler's _SIMPLE_MODEL_INFO and its "nothing matched" message, as it words them.
+MODEL_INFO = {
+    "model_id": "simple_horowitz_step_composite_v1",
+    "fidelity": "spikingjelly-defined",
+    "source_urls": ("https://doi.org/10.1109/ISSCC.2014.6757323", "https://openreview.net/pdf?id=SzwU2XrXIS"),
+    "technology_nm": 45,
+    "precision": "configurable comparison regime; runtime bytes use observed dtype",
+    "scope": "runtime MAC/AC plus SpikingJelly logical parameter and neuron-state traffic",
+}
+NOTHING_MATCHED = ("SimpleEnergyProfiler did not match any supported operators. "
+                   "The model may not contain supported operators for this estimator.")
 # The Global counts are also kept per (rank, recorder step, stage): every count is a sum over
 # ops or module calls, each of one rank, step and stage, so the energy splits exactly along them.
 GROUPS = ["rank", "step", "stage"]
@@ -63,6 +80,7 @@ class Activity:
     counts: pd.DataFrame  # stage, scope, quantity, value
     warnings: list[str] = field(default_factory=list)
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*GROUPS, "quantity", "value"]))
+    matched: bool = True  # some rule or module call matched (SpikingJelly's test, whatever the values)
 
     def totals(self) -> dict[str, int]:
         rows = self.counts[self.counts["scope"] == "Global"]
@@ -89,6 +107,7 @@ class Report:
     energy_by_module_component: dict[str, dict[str, float]] = field(default_factory=dict)
     energy_by_step: dict[str, float] = field(default_factory=dict)  # recorder step -> pJ; sums to the total
     energy_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> pJ; sums to the total
+    model_info: dict[str, Any] = field(default_factory=lambda: dict(MODEL_INFO))
 
     def to_frame(self) -> pd.DataFrame:
         rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
@@ -103,6 +122,7 @@ class Report:
     def to_json(self) -> dict:
         document = asdict(self)
         document["costs"] = asdict(self.costs)
+        document["model_info"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_info.items()}
         return document
 
 
@@ -140,13 +160,14 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
              recompute=None, **options) -> Activity:
     """The counts of the selection (stage, step, rank: a value or a list each; all when None).
     `recompute`: the ops and module calls activation checkpointing recomputed in backward are
-    executed work, included by default; "exclude" leaves them out, "only" keeps just them."""
+    executed work, included by default; "exclude" leaves them out, "only" keeps just them.
+    `strict` refuses at costing, and only a selection in which nothing matched (module docstring)."""
     if options:
         raise TypeError(f"the compute model takes no options {sorted(options)} (it takes stage, step, rank, recompute)")
     where, ignored = _where(stage=stage, step=step, rank=rank, recompute=recompute), _ignore_names(ignore_modules)
+    # non-strict, as SimpleEnergyProfiler's own dispatch mode: an op without a rule is not counted
     result = count_events(trace.con, {name: COUNTERS[name] for name in ("mac", "ac", "synop")}, where=where,
-                          group_by=("stage",), totals_by=tuple(GROUPS), ignore_modules=ignored, compat=compat,
-                          strict=strict)
+                          group_by=("stage",), totals_by=tuple(GROUPS), ignore_modules=ignored, compat=compat)
     for macro in MACROS:
         trace.con.execute(macro)
     memory, memory_totals = with_totals(trace, ignored, where=where, group_by=("stage",), totals_by=GROUPS)
@@ -158,10 +179,10 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         counts.append(leak.groupby(["stage", "scope", "quantity"], as_index=False)["value"].sum())
         steps.append(leak)
     counts = _tidy(counts, ["stage", "scope"])
-    warnings = []
-    if not len(counts) or counts["value"].sum() == 0:
-        warnings.append("no supported operators were matched: the selection may hold no synaptic or neuron work")
-    return Activity(counts, warnings, _tidy(steps, GROUPS))
+    # a rule that matched records its op even with a value of 0, a memory-counter call its scopes
+    matched = bool((result.frame["scope"] == "Global").any()) or bool(len(memory))
+    warnings = [] if matched else [NOTHING_MATCHED]
+    return Activity(counts, warnings, _tidy(steps, GROUPS), matched)
 
 
 COMPONENT_OF = {"mac": "mac_pj", "ac": "ac_pj", "weight_read_bytes": "parameter_memory_pj",
@@ -178,8 +199,8 @@ def _energy_of(counts: pd.DataFrame, costs: Costs) -> pd.Series:
 
 
 def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Report:
-    if strict and activity.warnings:
-        raise RuntimeError(activity.warnings[0])
+    if strict and not activity.matched:
+        raise RuntimeError(NOTHING_MATCHED)
     n = activity.totals()
     mac_pj = n["mac"] * costs.e_mac_pj
     ac_pj = n["ac"] * costs.e_ac_pj

@@ -67,6 +67,15 @@ CASES = {
     "mlp_formal_hidden": dict(description="Flatten -> Linear(16,8) -> IF -> torch.nn.Linear(8,4) (not a StepModule: "
                                           "Qualia's formal-layer formulas) -> IF; binary input",
                               kind="mlp_formal", neuron="if", binary=True, step_mode="s"),
+    "mlp_plif": dict(description="Flatten -> Linear(16,8) -> ParametricLIF -> Linear(8,4) -> ParametricLIF; binary input",
+                     kind="mlp", neuron="plif", binary=True, step_mode="s"),
+    "sresnet_add": dict(description="Conv2d(2,4,k3,p1) -> IF = s1 -> Conv2d(4,4,k3,p1) -> IF = s2 -> SNN Add(s2, s1) "
+                                    "(spike counts up to 2) -> Conv2d(4,4,k3,s2,no bias) -> IF -> Flatten -> "
+                                    "Linear(36,5) -> LIF; binary 8x8 input, single-step",
+                        kind="sresnet", neuron="if", binary=True, step_mode="s", add="snn"),
+    "sresnet_formal_add": dict(description="sresnet_add with Qualia's formal Add (qualia_core, not a StepModule): "
+                                           "the Add itself is costed with the formal-layer formulas",
+                               kind="sresnet", neuron="if", binary=True, step_mode="s", add="formal"),
 }
 TIMESTEPS = 4
 BATCH = 3
@@ -98,6 +107,56 @@ def _fill(model) -> None:
             parameter.copy_((values * scale + offset).reshape(parameter.shape))
 
 
+def _add_module(kind: str):
+    """Qualia's Add layer (formal, or its SpikingJelly StepModule variant), which Qualia needs
+    for a residual (a Python `+` fails its graph tracer). Without Qualia (the test's
+    environment) a stand-in of the same class name and behaviour: spiketrace recognises an Add
+    by its class name and its is-a-StepModule, as Qualia tells formal from spiking layers."""
+    try:
+        if kind == "formal":
+            from qualia_core.learningmodel.pytorch.layers.Add import Add
+        else:
+            from qualia_plugin_snn.learningmodel.pytorch.layers.spikingjelly.Add import Add
+        return Add()
+    except ImportError:
+        from spikingjelly.activation_based.base import StepModule
+        from torch import nn
+
+        class Add(nn.Module):
+            def forward(self, a, b):
+                return a + b
+
+        if kind == "formal":
+            return Add()
+        spiking = type("Add", (Add, StepModule), {})
+        module = spiking()
+        module.step_mode = "s"
+        return module
+
+
+def _sresnet(spiking, add):
+    """A spiking residual block as Qualia's SResNet builds it: the Add sums two spike maps."""
+    from spikingjelly.activation_based import layer, neuron
+    from torch import nn
+
+    class SResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.sn1 = layer.Conv2d(2, 4, 3, stride=1, padding=1), spiking()
+            self.conv2, self.sn2 = layer.Conv2d(4, 4, 3, stride=1, padding=1), spiking()
+            self.add = add
+            self.conv3, self.sn3 = layer.Conv2d(4, 4, 3, stride=2, bias=False), spiking()
+            self.flatten, self.fc, self.sn4 = layer.Flatten(), layer.Linear(36, 5), neuron.LIFNode(tau=2.0)
+
+        def forward(self, x):
+            s1 = self.sn1(self.conv1(x))
+            s2 = self.sn2(self.conv2(s1))
+            y = self.sn3(self.conv3(self.add(s2, s1)))
+            return self.sn4(self.fc(self.flatten(y)))
+
+    return SResNet()
+
+
 def build_model(name: str):
     """The case's model, filled, in eval mode, with the attributes Qualia's tracer reads."""
     from spikingjelly.activation_based import functional, layer, neuron
@@ -106,6 +165,8 @@ def build_model(name: str):
     case = CASES[name]
 
     def spiking():
+        if case["neuron"] == "plif":
+            return neuron.ParametricLIFNode(init_tau=2.0)
         return neuron.IFNode() if case["neuron"] == "if" else neuron.LIFNode(tau=2.0)
 
     if case["kind"] in ("mlp", "mlp_formal"):
@@ -116,6 +177,9 @@ def build_model(name: str):
         model = nn.Sequential(layer.Conv2d(2, 4, 3, stride=1, padding=1), spiking(),
                               layer.Conv2d(4, 4, 3, stride=2, bias=False), spiking(),
                               layer.Flatten(), layer.Linear(36, 5), neuron.LIFNode(tau=2.0))
+        input_shape = (8, 8, 2)  # (H, W, C)
+    elif case["kind"] == "sresnet":
+        model = _sresnet(spiking, _add_module(case["add"]))
         input_shape = (8, 8, 2)  # (H, W, C)
     elif case["kind"] == "conv1d":
         model = nn.Sequential(layer.Conv1d(2, 3, 3, stride=2), spiking(), layer.Flatten(), layer.Linear(21, 4),
@@ -139,7 +203,7 @@ def build_input(name: str):
     import torch
 
     case = CASES[name]
-    shape = {"mlp": (BATCH, 1, 16), "mlp_formal": (BATCH, 1, 16), "cnn": (BATCH, 2, 8, 8),
+    shape = {"mlp": (BATCH, 1, 16), "mlp_formal": (BATCH, 1, 16), "cnn": (BATCH, 2, 8, 8), "sresnet": (BATCH, 2, 8, 8),
              "conv1d": (BATCH, 2, 16)}[case["kind"]]
     values = _pattern(int(torch.tensor(shape).prod()), 99).reshape(shape)
     if case["binary"]:

@@ -12,7 +12,9 @@
 * convention "qualia" equals Qualia 2.6.0's EnergyEstimationMetric (the paper authors' code):
   per-inference energies from pooled spike rates, e_ram(n) = 1.09e-5 * n * bits + 13.2 pJ per
   access, the non-binary first layer ("Hybrid") costed once per inference, its bias and
-  addressing rules as they are (tests/oracles/ has the golden numbers and how to remake them).
+  addressing rules as they are, its residual Add special case (residual.py) and its IF/LIF
+  neurons told by what the trace says of them (tests/oracles/ has the golden numbers and how
+  to remake them).
 
 The mapper (mapper.py) computes both conventions' activity at once; the preset's
 `convention` picks one at costing time (cost.py), so presets of either convention

@@ -24,6 +24,7 @@ import pandas as pd
 
 from analyze.counters import _ignore_names, _where
 from analyze.counters.sql import MACROS
+from analyze.energy.lemaire import residual
 from analyze.energy.lemaire.sql import (
     ACCESS_MACRO,
     CALL_FACTS_SQL,
@@ -192,13 +193,21 @@ def qualia_layer_terms(layer, T: float) -> list[tuple[str, str, float, float | N
 
 def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str) -> None:
     T, notes = _timesteps(trace, timesteps)
+    adds = residual.add_inputs(trace, where)
+    trace.con.register("lemaire_binary_add_frame", residual.binary_add_outputs(adds))
+    trace.con.execute("CREATE OR REPLACE TEMP TABLE lemaire_binary_adds AS "
+                      "SELECT rank::INTEGER AS rank, out_id::BIGINT AS out_id, out_sum::DOUBLE AS out_sum "
+                      "FROM lemaire_binary_add_frame")
+    trace.con.unregister("lemaire_binary_add_frame")
     layers = trace.sql(QUALIA_LAYERS_SQL.replace("{where}", where))
-    rows, warnings = [], list(notes)
+    parts, warnings = [], list(notes)
     for layer in layers.itertuples(index=False):  # one row per model layer, not per event
         if layer.conv3d:
             warnings.append(f"qualia: {layer.module} is a Conv3d, which Qualia does not cost; its energy is omitted")
             continue
-        rows += [(layer.module, *term) for term in qualia_layer_terms(layer, T)]
+        parts.append((layer.first_seq, layer.module, qualia_layer_terms(layer, T)))
+    parts += residual.formal_add_terms(adds)  # in graph order, among the layers
+    rows = [(module, *term) for _, module, terms in sorted(parts, key=lambda part: part[0]) for term in terms]
     result.qualia_layers = layers.assign(timesteps=T)
     result.qualia_terms = pd.DataFrame(rows, columns=["module", "component", "kind", "count", "memory"])
     result.qualia_warnings = warnings

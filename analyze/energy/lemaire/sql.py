@@ -12,7 +12,6 @@ from analyze.counters.neuromorphic_memory_access import (
 
 IF_CLASS = "spikingjelly.activation_based.neuron.integrate_and_fire.IFNode"
 LIF_CLASS = "spikingjelly.activation_based.neuron.lif.LIFNode"
-PLIF_CLASS = "spikingjelly.activation_based.neuron.lif.ParametricLIFNode"
 STEP_MODULE_CLASS = "spikingjelly.activation_based.base.StepModule"
 CONV_TRANSPOSE_CLASSES = tuple(f"torch.nn.modules.conv.ConvTranspose{d}d" for d in (1, 2, 3))
 CONV3D_CLASS = SYNAPTIC_CLASSES[3]
@@ -147,9 +146,26 @@ GROUP BY m.class_name ORDER BY first_id
 """
 
 
+def qualia_neuron(mro: str, attributes: str) -> str:
+    """SQL: the module is a neuron Qualia costs (its IF, LIF and ParametricLIF layers), told by
+    what the trace says of it, not by one class path (ParametricLIFNode moved from neuron.lif
+    to neuron.plif in SpikingJelly 2.0.0): a SpikingJelly BaseNode subclass, wherever the
+    class lives, with a firing threshold."""
+    return (f"(list_bool_or(list_transform({mro}, lambda c: ends_with(c, '.BaseNode'))) "
+            f"AND ({attributes}->'v_threshold') IS NOT NULL)")
+
+
+def qualia_leaky(attributes: str) -> str:
+    """SQL: the neuron decays (Qualia's LIF layer: LIFNode's `tau`, ParametricLIFNode's learnt
+    decay, both flagged by `decay_input`), else it integrates and fires."""
+    return f"(({attributes}->'tau') IS NOT NULL OR ({attributes}->'decay_input') IS NOT NULL)"
+
+
 # Qualia: every synaptic layer with its calls pooled (Qualia's hooks add up nnz and numel over
 # the whole dataset), the first leaf module fed by its output (the next node of Qualia's graph)
-# and, when that is an IF/LIF/PLIF neuron, the neuron's pooled output nnz and numel.
+# and, when that is an IF/LIF/PLIF neuron, the neuron's pooled output nnz and numel. An input
+# that is the output of an Add Qualia treats as binary (lemaire_binary_adds, residual.py) is
+# binary, its spikes counted by the Add's output sum.
 QUALIA_LAYERS_SQL = f"""
 WITH syn AS (SELECT * FROM lemaire_facts WHERE role = 'synaptic'),
 root AS (SELECT rank, attributes->>'step_mode' AS step_mode FROM modules WHERE in_model AND parent_id IS NULL),
@@ -158,14 +174,15 @@ consumer AS (
     FROM syn s
     JOIN module_events c ON c.rank = s.rank AND c.kind = 'forward_pre' AND c.seq > s.post_seq AND c.inputs[1] = s.out_id
     JOIN modules cm ON cm.rank = c.rank AND cm.module_id = c.module_id AND cm.in_model
-     AND (cm.is_leaf OR list_contains(cm.mro, '{NEURON_CLASS}'))
+     AND (cm.is_leaf OR {qualia_neuron('cm.mro', 'cm.attributes')})
     GROUP BY ALL
 ),
 layers AS (
     SELECT s.module, any_value(s.class_name) AS class_name, bool_or(s.linear) AS linear,
            bool_or(s.step_module) AS step_module, any_value(coalesce(s.step_mode, r.step_mode, 's')) AS step_mode,
            bool_or(list_contains(m.mro, '{CONV3D_CLASS}')) AS conv3d,
-           sum(s.x_nnz)::DOUBLE AS in_nnz, sum(s.x_numel)::DOUBLE AS in_numel, bool_and(s.x_is01) AS in_binary,
+           sum(coalesce(a.out_sum, s.x_nnz))::DOUBLE AS in_nnz, sum(s.x_numel)::DOUBLE AS in_numel,
+           bool_and(s.x_is01 OR a.out_id IS NOT NULL) AS in_binary,
            arg_min(s.x_shape, s.pre_seq) AS x_shape, arg_min(s.o_shape, s.pre_seq) AS o_shape,
            any_value(s.kernel_size) AS kernel_size, any_value(s.stride) AS stride, bool_or(s.has_bias) AS has_bias,
            any_value(s.bias_numel) AS bias_numel, any_value(s.weight_numel) AS weight_numel,
@@ -173,11 +190,12 @@ layers AS (
     FROM syn s JOIN modules m ON m.rank = s.rank AND m.module_id = s.module_id
     LEFT JOIN root r ON r.rank = s.rank
     LEFT JOIN consumer k ON k.module = s.module AND k.rank = s.rank AND k.call_index = s.call_index
+    LEFT JOIN lemaire_binary_adds a ON a.rank = s.rank AND a.out_id = s.x_id
     GROUP BY s.module
 ),
 neurons AS (
-    SELECT m.path, any_value(list_has_any(m.mro, {quoted_list((IF_CLASS, LIF_CLASS, PLIF_CLASS))})) AS neuron,
-           any_value(list_has_any(m.mro, {quoted_list((LIF_CLASS, PLIF_CLASS))})) AS leak,
+    SELECT m.path, any_value({qualia_neuron('m.mro', 'm.attributes')}) AS neuron,
+           any_value({qualia_neuron('m.mro', 'm.attributes')} AND {qualia_leaky('m.attributes')}) AS leak,
            sum(o.nnz)::DOUBLE AS out_nnz, sum(o.numel)::DOUBLE AS out_numel
     FROM (SELECT * FROM module_events WHERE kind = 'forward_pre' AND {{where}}) pre
     JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id

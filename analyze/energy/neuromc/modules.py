@@ -100,12 +100,21 @@ ASOF LEFT JOIN (SELECT * FROM depths WHERE d = 1) push
 
 # The ops each module call ran: forward between its pre and post hooks; backward from its
 # backward-pre to its backward-post, or, when no input needs a gradient (no post comes
-# after the work), until the next module's backward-pre or the end of the autograd pass.
+# after the work), until another gradient's backward-pre or the end of the autograd pass.
+# Every hook on one gradient fires at once, before the node that consumes it runs: a module
+# whose output is also its parent's (the last child of a Sequential, a one-child wrapper)
+# or an Identity's shares its gradient, so their backward-pres follow its own before any of
+# its ops. Such a run of backward-pres on one gradient is one batch, and only the next
+# batch (another gradient's turn) ends a region, whatever the nesting.
 REGIONS = """
-WITH open_ended AS (
-    SELECT b.rank, b.module_id, b.pre_seq, b.seq, b.inputs_require_grad, n.seq AS next_pre, e.seq AS pass_end
+WITH pres AS (
+    SELECT rank, seq, outputs IS DISTINCT FROM lag(outputs) OVER (PARTITION BY rank ORDER BY seq) AS new_batch
+    FROM module_events WHERE kind = 'backward_pre'
+),
+open_ended AS (
+    SELECT b.rank, b.module_id, b.pre_seq, b.seq, b.inputs_require_grad, n.seq AS next_batch, e.seq AS pass_end
     FROM nmc_backward_calls b
-    ASOF LEFT JOIN (SELECT rank, seq FROM module_events WHERE kind = 'backward_pre') n
+    ASOF LEFT JOIN (SELECT rank, seq FROM pres WHERE new_batch) n
       ON n.rank = b.rank AND n.seq > b.pre_seq
     ASOF LEFT JOIN (SELECT rank, seq FROM events WHERE NOT in_backward) e
       ON e.rank = b.rank AND e.seq > b.pre_seq
@@ -114,7 +123,7 @@ SELECT rank, module_id, pre_seq AS start_seq, seq AS end_seq FROM nmc_forward_ca
 UNION ALL
 SELECT rank, module_id, pre_seq,
        CASE WHEN inputs_require_grad THEN seq
-            ELSE least(coalesce(next_pre, 9223372036854775807), coalesce(pass_end, 9223372036854775807)) END
+            ELSE least(coalesce(next_batch, 9223372036854775807), coalesce(pass_end, 9223372036854775807)) END
 FROM open_ended
 """
 

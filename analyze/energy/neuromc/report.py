@@ -23,6 +23,12 @@ UNCOSTED_COLUMNS = ("kind", "name", "calls", "input_elements", "output_elements"
                     "bits", "stages", "modules", "reason")
 
 
+# The report's dict fields: SpikingJelly's (copied by its __post_init__) and spiketrace's.
+DICT_FIELDS = ("energy_by_stage", "energy_by_op", "primitive_counts", "memory_bits_by_level", "energy_by_core_type",
+               "energy_by_process_key", "energy_by_memory_level_dir", "counts_by_core_type", "counts_by_process_key",
+               "energy_by_module", "energy_by_module_component", "energy_by_step", "energy_by_rank")
+
+
 @dataclass
 class Report:
     """SpikingJelly 2.0.0 NeuroMCRuntimeEnergyReport fields, then spiketrace's additions:
@@ -56,6 +62,13 @@ class Report:
     uncosted: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(UNCOSTED_COLUMNS)))
     energy_by_step: dict[str, float] = field(default_factory=dict)  # recorder step -> pJ; sums to the total
     energy_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> pJ; sums to the total
+
+    def __post_init__(self) -> None:
+        # As SpikingJelly's report: its containers are the report's own (shallow copies) and None
+        # stands for empty, so a caller's dicts are never shared with it or changed through it.
+        for name in DICT_FIELDS:
+            setattr(self, name, dict(getattr(self, name) or {}))
+        self.warnings = list(self.warnings or [])
 
     @property
     def mapping_summary(self) -> list[dict[str, Any]]:
