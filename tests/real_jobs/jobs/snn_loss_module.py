@@ -63,7 +63,7 @@ captured_losses = []
 record_training_step(
     out_dir / "scenario", net, x[0], target=y[0],
     loss_fn=lambda out, target: captured_losses.append(loss_fn(out, target)) or captured_losses[-1],
-    optimizer=optimizer,
+    optimizer=optimizer, keep_step=True,  # this run goes on training from the recorded step
 )
 functional.reset_net(net)
 
