@@ -1,6 +1,6 @@
 """spiketrace analyze: read a captured trace offline with DuckDB. Needs no torch.
 
-    from analyze import Analysis, counts, energy, open_trace, recost
+    from analyze import Analysis, counts, energy, many, open_trace, recost
     with open_trace("run.trace") as trace:
         trace.sql("SELECT op, count(*) FROM events GROUP BY op")
         counts(trace, ["flop", "ac"], stage="forward")
@@ -8,6 +8,7 @@
     with Analysis("run.trace") as analysis:              # each result computed once
         analysis.energy("neuromc", "neuromc-like-v1")
         analysis.energy("neuromc", "my-chip.toml")       # re-costed, not re-mapped
+    many.count(["runs/seed=0", "runs/seed=1"]).totals_by_trace()   # several traces, added up and each
 
 Every function that takes a trace also takes its path. The pipeline, one room each: trace/
 (open, check, views) -> counters/ and energy/ (activity) -> presets/ (what each action costs)
@@ -25,6 +26,7 @@ _PUBLIC = {
     "count": ("analyze.counters", "count"),
     "counts": ("analyze.counters", "counts"),
     "energy": ("analyze.energy", None),  # the package, callable as energy(trace, model, preset, ...)
+    "many": ("analyze.many", None),  # several traces at once: many.count(traces, ...), many.energy(traces, ...)
     "open_trace": ("analyze.trace", "open_trace"),
     "recost": ("analyze.energy", "recost"),
 }

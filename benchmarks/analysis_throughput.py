@@ -2,6 +2,7 @@
 steps, 1M and 10M events of a real training trace.
 
     python benchmarks/analysis_throughput.py [--sizes 100s,600s,1000000,10000000] [--repeats 1] [--workload vgg]
+                                             [--engines 4x100000]
 
 1. Capture `--steps` real training steps of a workload (benchmarks/workloads.py) with Recorder.
 2. Tile them into a trace of each size of `--sizes` (`Ns`: N training steps; a number: at
@@ -18,7 +19,8 @@ steps, 1M and 10M events of a real training trace.
    a fresh open_trace (opening timed apart). A command past `--timeout` seconds is stopped.
    A profile splits count(trace) by statement on the first trace and shows the slowest one's
    heaviest DuckDB operators.
-4. For comparison (unless --no-online), SpikingJelly 2.0.0's online DispatchCounterMode with
+4. With --engines, the dask engine against the in-process one (benchmarks/engine_comparison.py).
+5. For comparison (unless --no-online), SpikingJelly 2.0.0's online DispatchCounterMode with
    its five counters over the same steps, interleaved with plain runs: extra ms per
    dispatched op, extrapolated to 1M.
 
@@ -148,22 +150,23 @@ def tile(table: pa.Table, name: str, first: int, n: int, span: dict[str, int]) -
 
 
 def commit_part(writer: TraceWriter, name: str, table: pa.Table) -> None:
-    """Write `table` as one part of `name` and list it in the manifest's parts and counts."""
-    before = list(writer.parts[name])
-    path = writer._write_part(name, table)
-    if writer.parts[name] == before:  # a writer whose _write_part only writes the file
-        writer.parts[name].append(str(Path(path).relative_to(writer.root)))
-        writer.counts[name] += table.num_rows
+    """Write `table` as one part of `name` and list its entry (path, rows, bytes, checksum) in the
+    manifest's parts and counts; the next write_manifest commits it."""
+    _, entry = writer._write_part(name, table)
+    writer.parts[name].append(entry)
+    writer.counts[name] += table.num_rows
 
 
-def build(source_path: Path, path: Path, min_events: int, part_events: int) -> int:
-    """Write a tiled trace of at least `min_events` events, one part at a time; returns its events."""
+def build(source_path: Path, path: Path, min_events: int, part_events: int, *, rank: int = 0,
+          world_size: int = 1) -> int:
+    """Write a tiled trace of at least `min_events` events, one part at a time, as rank `rank` of
+    `world_size` (the ranks of one trace built one after another share its run id); returns its events."""
     source = {t: pq.read_table(source_path / t).drop_columns(["rank"]).combine_chunks() for t in TABLES
               if (source_path / t).exists()}  # a table the capture wrote no part of stays empty
     manifest = json.loads((source_path / "manifest.json").read_text())
     span, per_tile = spans(source), source["events"].num_rows
     tiles, per_part = -(-min_events // per_tile), max(1, part_events // per_tile)
-    writer = TraceWriter(path, settings=manifest["settings"], versions=manifest["versions"],
+    writer = TraceWriter(path, rank=rank, world_size=world_size, settings=manifest["settings"], versions=manifest["versions"],
                          metadata=manifest["metadata"] | {"tiled_from": str(source_path), "tiles": tiles})
     for first in range(0, tiles, per_part):
         for name, table in source.items():
@@ -355,6 +358,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--part-events", type=int, default=PART_EVENTS)
     parser.add_argument("--no-online", action="store_true", help="skip SpikingJelly's online counters")
+    parser.add_argument("--engines", metavar="RANKSxEVENTS", help="also the dask engine (2 local workers) against the "
+                        "in-process one on 8 copies of a trace of RANKS ranks of EVENTS events each, e.g. 4x100000 "
+                        "(benchmarks/engine_comparison.py; needs the cluster extra)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-command", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -393,14 +399,19 @@ def main() -> None:
             ratio = big[command] / small[command]
             outcomes.append((f"{command}: time per event at {max(per_event):,} within 1.5x of {min(per_event):,}",
                              f"{ratio:.2f}x", ratio <= 1.5))
+    if args.engines:
+        from benchmarks.engine_comparison import compare
+
+        compare(scratch / "source", scratch, args.engines, args.part_events, args.timeout)
     if not args.no_online:
         per_op = (online - plain) / events
         print(f"\n## SpikingJelly DispatchCounterMode (5 counters), online over the same {args.steps} steps ({events:,} ops)\n")
         print("| plain s | with counters s (x) | extra ms/op | extra for 1M events online |")
         print("|---|---|---|---|")
         print(f"| {plain:.2f} | {online:.2f} ({online / plain:.2f}x) | {1e3 * per_op:.3f} | {per_op * 1e6:,.0f} s |")
-    print("\n## Targets (scaled to the events the tiled traces really have)\n")
-    print("| target | measured | met |\n|---|---|---|")
+    if outcomes:
+        print("\n## Targets (scaled to the events the tiled traces really have)\n")
+        print("| target | measured | met |\n|---|---|---|")
     for target, measured, met in outcomes:
         print(f"| {target} | {measured} | {'yes' if met else 'NO'} |")
     shutil.rmtree(scratch, ignore_errors=True)

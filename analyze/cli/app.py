@@ -51,12 +51,13 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the input's fault: shown as their message alone (imported late)."""
     import duckdb
 
+    from analyze.many.engines import EngineUnavailable
     from analyze.presets import PresetError
     from analyze.trace import TraceError
     from schemas.version import SchemaVersionError
 
     return (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable,
-            NonFiniteError)
+            NonFiniteError, EngineUnavailable)
 
 
 def one_line(exc: BaseException) -> str:
@@ -130,6 +131,44 @@ def _warn(trace) -> None:
         click.echo(safe_line(line), err=True)
     for warning in trace.warnings:
         click.echo(f"warning: {safe_line(warning)}", err=True)
+
+
+def warn_traces(traces) -> None:
+    """_warn for each of several traces' facts (analyze.many.TraceFacts), each line naming its
+    trace when there are several."""
+    from analyze.present.health import health_lines
+
+    for facts in traces:
+        prefix = f"{facts.label}: " if len(traces) > 1 else ""
+        for line in health_lines(facts.health):
+            click.echo(safe_line(prefix + line), err=True)
+        for warning in facts.warnings:
+            click.echo(f"warning: {safe_line(prefix + warning)}", err=True)
+
+
+def engine_options(command):
+    """--engine, --scheduler and --workers on a command that takes several traces; the command
+    gets `execution`: analyze.many's engine=, scheduler=, workers= and how to open each trace
+    (run=, verify=, from --run and --verify: a cluster worker has no CLI context of its own)."""
+
+    @click.option("--engine", type=click.Choice(["in-process", "dask"]), default=None,
+                  help="Where traces are evaluated: in this process (default), or on a Dask cluster, one task per "
+                       "(trace, rank) (pip install -e '.[cluster]'); --scheduler or --workers imply dask.")
+    @click.option("--scheduler", metavar="ADDRESS", help="The scheduler of a running Dask cluster (tcp://host:8786).")
+    @click.option("--workers", type=click.IntRange(min=1), metavar="N",
+                  help="A local Dask cluster of N worker processes (default: one per two cores).")
+    @functools.wraps(command)
+    def with_engine_options(*args, engine, scheduler, workers, **kwargs):
+        if scheduler and workers:
+            raise click.UsageError("--scheduler and --workers exclude each other: a scheduler's workers are its own")
+        if engine == "in-process" and (scheduler or workers):
+            raise click.UsageError("--scheduler and --workers are for --engine dask")
+        params = click.get_current_context().params
+        execution = {"engine": engine or ("dask" if scheduler or workers else "in-process"), "scheduler": scheduler,
+                     "workers": workers, "run": params.get("run_id"), "verify": params.get("verify")}
+        return command(*args, execution=execution, **kwargs)
+
+    return with_engine_options
 
 
 def recompute_option():

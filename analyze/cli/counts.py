@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import click
 
-from analyze.cli.app import _fail, _warn, main, one_line, recompute_option, trace_options
+from analyze.cli.app import _fail, _warn, engine_options, main, one_line, recompute_option, trace_options, warn_traces
 from analyze.present.safe_text import json_text
 from analyze.counters import count, load_rules
 from analyze.counters.user_rules import RuleError
 from analyze.present import counts as counts_view
 from analyze.present.health import recompute_note, recomputed_events
+from analyze.many.traces import find_traces
 from analyze.trace import open_trace
 
 
@@ -37,11 +38,12 @@ class Fraction(click.ParamType):
 
 @main.command()
 @trace_options
-@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@engine_options
+@click.argument("trace_paths", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
 @click.option("--counter", "counter_names", multiple=True, metavar="NAMES",
               help="Counters to run, comma separated or repeated (default: all of analyze.counters.COUNTERS).")
-@click.option("--by", "view", type=click.Choice(counts_view.VIEWS), default="scope", show_default=True,
-              help="Table: module tree, top ops, stages, or module classes.")
+@click.option("--by", "view", type=click.Choice([*counts_view.VIEWS, "trace"]), default="scope", show_default=True,
+              help="Table: module tree, top ops, stages, module classes, or one row per trace.")
 @click.option("--depth", type=click.IntRange(min=0), help="--by scope: deepest level shown (Global is 0).")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Ops shown per counter (--by op, and uncovered ops in the coverage block).")
 @click.option("--stage", help="Only events of this stage.")
@@ -62,11 +64,15 @@ class Fraction(click.ParamType):
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
               show_default=True, help="csv and parquet write the tidy frame (counter, scope, op, [stage,] value).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout (parquet needs it).")
-def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
-           compat, recompute, rule_files, strict, min_coverage, output_format, out) -> None:
+def counts(trace_paths, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
+           compat, recompute, rule_files, strict, min_coverage, output_format, out, execution) -> None:
     """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
 
     Example: spiketrace counts runs/step --by op --counter flop,mac --strict
+
+    Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
+    (csv and parquet: each one's rows, with a trace column). --engine dask runs them on a Dask
+    cluster, one task per (trace, rank): spiketrace counts runs/ --by trace --engine dask --workers 4
 
     Exit codes: 0 success; 1 --strict or --min-coverage not met (after printing the report);
     2 bad arguments (an unknown counter) or the trace could not be read."""
@@ -81,6 +87,19 @@ def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank
     selection = {"stage": stage, "phase": phase, "step": step, "rank": rank, "module": module,
                  "ops": list(ops) or None, "ignore_modules": list(ignore_modules), "compat": compat,
                  "recompute": recompute}
+    traces = find_traces(trace_paths)
+    if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
+        result, fractions = _one_trace(traces[0], names, selection, view, depth, top, output_format, out)
+    else:
+        result, fractions = _many_traces(traces, names, selection, view, depth, top, output_format, out, execution)
+    problem = (counts_view.strict_problem(result) if strict else None) or (
+        counts_view.coverage_problem(fractions, min_coverage) if min_coverage is not None else None)
+    if problem:
+        _fail(problem, 1)
+
+
+def _one_trace(trace_path, names, selection, view, depth, top, output_format, out):
+    recompute = selection["recompute"]
     with open_trace(trace_path) as trace:
         _warn(trace)
         note = recompute_note(recomputed_events(trace), recompute or "include")
@@ -96,27 +115,66 @@ def counts(trace_path, counter_names, view, depth, top, stage, phase, step, rank
         document = counts_view.counts_json(result, trace, counters=names)
         fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
         if output_format in ("csv", "parquet"):
-            frame = counts_view.tidy_frame(result, names)
-            if output_format == "parquet":
-                frame.to_parquet(out, index=False)
-            elif out:
-                frame.to_csv(out, index=False)
-            else:
-                click.echo(frame.to_csv(index=False), nl=False)
+            _write_frame(counts_view.tidy_frame(result, names), output_format, out)
         else:
             if output_format == "json":
                 text = json_text(document, indent=1)
             else:
                 modules = counts_view.module_classes(trace)
                 text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
-            if out:
-                with open(out, "w") as handle:
-                    handle.write(text + "\n")
-            else:
-                click.echo(text)
-    problem = (counts_view.strict_problem(result) if strict else None) or (
-        counts_view.coverage_problem(fractions, min_coverage) if min_coverage is not None else None)
-    if problem:
-        _fail(problem, 1)
+            _write_text(text, out)
+    return result, fractions
 
 
+def _many_traces(traces, names, selection, view, depth, top, output_format, out, execution):
+    """Several traces (or one on a cluster, or --by trace): analyze.many.count, then the same
+    tables over the added counts, or one row per trace."""
+    from analyze import many
+    from analyze.present import many_traces
+
+    try:
+        combined = many.count(traces, names, by=("stage",) if view == "stage" else (), **selection, **execution)
+    except ValueError as exc:
+        _fail(one_line(exc), 2)
+    warn_traces(combined.traces)
+    note = recompute_note(sum(f.recomputed_events for f in combined.traces), selection["recompute"] or "include")
+    if note:
+        click.echo(note, err=True)
+    result = combined.total
+    names = names or counts_view.counter_names(result)
+    if result.frame.empty and result.unsupported.empty:
+        click.echo("warning: no events match the selection", err=True)
+    fractions = {name: result.coverage(name) for name in names}
+    if output_format in ("csv", "parquet"):
+        frame = (many_traces.counts_by_trace_frame(combined, names) if view == "trace"
+                 else counts_view.tidy_frame(result, names))
+        _write_frame(frame, output_format, out)
+        return result, fractions
+    if output_format == "json":
+        text = json_text(many_traces.counts_json_many(combined, names), indent=1)
+    elif view == "trace":
+        text = many_traces.counts_by_trace_text(combined, names, fractions, top)
+    else:
+        text = counts_view.table_text(result, view, depth, top, modules=combined.modules(), coverage=fractions,
+                                      counters=names)
+        if len(traces) > 1:
+            text = f"{len(traces)} traces, added up (--by trace shows each)\n\n" + text
+    _write_text(text, out)
+    return result, fractions
+
+
+def _write_frame(frame, output_format, out) -> None:
+    if output_format == "parquet":
+        frame.to_parquet(out, index=False)
+    elif out:
+        frame.to_csv(out, index=False)
+    else:
+        click.echo(frame.to_csv(index=False), nl=False)
+
+
+def _write_text(text, out) -> None:
+    if out:
+        with open(out, "w") as handle:
+            handle.write(text + "\n")
+    else:
+        click.echo(text)

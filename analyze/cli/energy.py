@@ -16,13 +16,15 @@ import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import _table, _warn, main, model_option, recompute_option, trace_options, warnings_to_stderr
+from analyze.cli.app import (_table, _warn, engine_options, main, model_option, recompute_option, trace_options,
+                             warn_traces, warnings_to_stderr)
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
 from analyze.energy.scopes import recompute_default
 from analyze.present.energy_table import energy_text, energy_views, total_of
 from analyze.present.health import recompute_note, recomputed_events
 from analyze.present.units import UNIT_CHOICES, format_energy
+from analyze.many.traces import find_traces
 from analyze.results import Analysis
 
 
@@ -45,7 +47,8 @@ def _progress(items):
 
 @main.command()
 @trace_options
-@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@engine_options
+@click.argument("trace_paths", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
 @model_option()
 @click.option("--preset", metavar="NAME|FILE", help="Shipped preset name or TOML file (default: the model's).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -58,24 +61,38 @@ def _progress(items):
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
 @recompute_option()
 @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
-              "model reports; default: component, or the model's first).")
+              "model reports; default: component, or the model's first), or trace: one row per trace.")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
 @click.option("--units", type=click.Choice(UNIT_CHOICES), default="auto", show_default=True,
               help="Energy unit of the table (auto: the largest that keeps values at least 1).")
-def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, recompute, view,
-           output_format, units):
+def energy(trace_paths, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, recompute, view,
+           output_format, units, execution):
     """Energy of TRACE under one preset, by component, stage or module.
 
-    Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage"""
+    Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage
+
+    Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
+    (csv: each one's rows, with a trace column). --engine dask runs them on a Dask cluster, one
+    task per (trace, rank) for compute and neuromc, per trace for lemaire and spikesim (whose
+    numbers do not add up over ranks)."""
+    options = {"stage": stage, "step": step, "rank": rank, "compat": compat, "ignore_modules": ignore_modules,
+               "strict": strict, "recompute": recompute}
+    traces = find_traces(trace_paths)
+    if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
+        _one_trace(traces[0], model, preset, overrides, options, view, output_format, units)
+    else:
+        _many_traces(traces, model, preset, overrides, options, view, output_format, units, execution)
+
+
+def _one_trace(trace_path, model, preset, overrides, options, view, output_format, units):
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         trace = analysis.trace
         _warn(trace)
         model = analysis.model(model, preset)
-        note = recompute_note(recomputed_events(trace), recompute or recompute_default(model, compat))
+        note = recompute_note(recomputed_events(trace), options["recompute"] or recompute_default(model, options["compat"]))
         if note:
             click.echo(note, err=True)
-        report = analysis.energy(model, preset, overrides=overrides, stage=stage, step=step, rank=rank, compat=compat,
-                                 ignore_modules=ignore_modules, strict=strict, recompute=recompute)
+        report = analysis.energy(model, preset, overrides=overrides, **options)
         modules = module_classes(trace)
         classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
         facts = {"path": str(trace.path), "complete": bool(trace.complete), **trace.health()}
@@ -102,6 +119,49 @@ def energy(trace_path, model, preset, overrides, stage, step, rank, ignore_modul
     for key, value, unit in _headline_values(frame):
         click.echo(f"{key}: {value:,.6g} {unit}")
     for warning in getattr(report, "warnings", []) or []:
+        click.echo(f"warning: {safe_line(warning)}", err=True)
+
+
+def _many_traces(traces, model, preset, overrides, options, view, output_format, units, execution):
+    """Several traces (or one on a cluster, or --by trace): analyze.many.energy, then the same
+    table over the added report rows, or one row per trace."""
+    from analyze import many
+    from analyze.present import many_traces
+
+    with warnings_to_stderr():
+        combined = many.energy(traces, model, preset, overrides=overrides, **options, **execution)
+        warn_traces(combined.traces)
+        note = recompute_note(sum(f.recomputed_events for f in combined.traces),
+                              options["recompute"] or recompute_default(combined.model, options["compat"]))
+        if note:
+            click.echo(note, err=True)
+    scope = energy_models.SCOPES[combined.model].label
+    if output_format == "json":
+        click.echo(json_text(many_traces.energy_json_many(combined, scope), indent=2, default=str))
+        return
+    frame = combined.frame
+    if output_format == "csv":
+        shown = many_traces.energy_by_trace_frame(combined) if view == "trace" else frame
+        click.echo(shown.to_csv(index=False), nl=False)
+        return
+    views = energy_views(frame)
+    if view is None:
+        view = "component" if "component" in views else (views[0] if views else None)
+    elif view not in (*views, "trace"):
+        raise click.UsageError(f"--by {view}: this model reports energies by {', '.join([*views, 'trace'])}")
+    added = f" ({len(traces)} traces, added up)" if len(traces) > 1 else ""
+    click.echo(f"{combined.model} energy ({scope}) under {safe_line(combined.preset)}: "
+               f"{format_energy(total_of(frame), unit=units)}"
+               + (f" ({safe_line(', '.join(overrides))})" if overrides else "") + added)
+    if view == "trace":
+        click.echo("\n".join(many_traces.energy_by_trace_lines(combined, unit=units)))
+    elif view is not None:
+        modules = combined.modules()
+        classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
+        click.echo("\n".join(energy_text(frame, view, combined.model, classes, unit=units)))
+    for key, value, unit in _headline_values(frame):
+        click.echo(f"{key}: {value:,.6g} {unit}")
+    for warning in combined.warnings:
         click.echo(f"warning: {safe_line(warning)}", err=True)
 
 

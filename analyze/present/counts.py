@@ -123,6 +123,23 @@ def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
     """The documented JSON document (see the module docstring) of `result`.
 
     `counters`: the names asked for, so that a counter with nothing selected still appears."""
+    return {"counters": counters_json(result, counters), "trace": trace_json(trace)}
+
+
+def trace_json(trace) -> dict:
+    """The document's `trace` entry: the opened trace's facts and what the capture said about itself."""
+    return {
+        "path": str(trace.path),
+        "schema_version": str(trace.schema_version),
+        "complete": bool(trace.complete),
+        "ranks": [int(r) for r in trace.ranks],
+        "events": int(trace.count("events")),
+        **trace.health(),
+    }
+
+
+def counters_json(result: CounterResult, counters=None) -> dict:
+    """The document's `counters` entry: per counter its total, by_scope, coverage, ..."""
     names = counter_names(result) if counters is None else list(counters)
     fractions = coverage(result, names)
     totals = scope_totals(tidy_frame(result, names))
@@ -142,17 +159,7 @@ def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
         }
         for family in sorted(set(result.details.loc[result.details["counter"] == name, "family"])):
             document[name][family] = result.details_of(name, family)
-    return {
-        "counters": document,
-        "trace": {
-            "path": str(trace.path),
-            "schema_version": str(trace.schema_version),
-            "complete": bool(trace.complete),
-            "ranks": [int(r) for r in trace.ranks],
-            "events": int(trace.count("events")),
-            **trace.health(),
-        },
-    }
+    return document
 
 
 def strict_problem(result: CounterResult) -> str | None:

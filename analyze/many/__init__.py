@@ -1,0 +1,73 @@
+"""Many traces at once: the counts or the energy of several traces (a sweep over seeds, model
+sizes or checkpoints), added up and per trace, in this process or on a Dask cluster.
+
+    from analyze import many
+    combined = many.count(["runs/seed=0", "runs/seed=1"], ["flop", "mac"], stage="forward")
+    combined.total.totals()          # a CounterResult: every trace's counts added
+    combined.totals_by_trace()       # trace, counter, value
+    combined = many.energy("runs/", "neuromc", engine="dask", workers=2)   # a directory of traces
+    combined.energy_total_pj, combined.frame, combined.by_trace["runs/seed=0"]
+
+A trace argument is a trace directory or a directory of trace directories (traces.py). Each
+trace is evaluated as analyze.counters.count / analyze.energy.energy evaluate one trace; the
+results are added (combine.py). engine="dask" (the `cluster` extra) runs the same evaluation
+per (trace, rank) shard on a Dask cluster, given as `client=`, a scheduler address
+(`scheduler=`) or a LocalCluster of `workers=` processes, and adds the shards' results: equal
+to the in-process engine's (engines.py; which energy models add up over ranks: combine.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from analyze.counters import ALL_COUNTERS
+from analyze.energy import DEFAULT_PRESETS, ModelScopeWarning
+from analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, CombinedCounts, CombinedEnergy, EnergyPart,
+                                  add_counter_results, add_energy_parts)
+from analyze.many.engines import ENGINES, EngineUnavailable, open_engine
+from analyze.many.shards import CountWork, EnergyWork
+from analyze.many.traces import TraceFacts, find_traces
+
+__all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SIZE_ROWS", "CombinedCounts", "CombinedEnergy", "EngineUnavailable",
+           "EnergyPart", "TraceFacts", "add_counter_results", "add_energy_parts", "count", "energy", "find_traces"]
+
+
+def count(traces, counters=None, *, engine: str = "in-process", client=None, scheduler: str | None = None,
+          workers: int | None = None, run: str | None = None, verify: bool | None = None, **options) -> CombinedCounts:
+    """analyze.counters.count(trace, counters, **options) over every trace `traces` names, added
+    up (`.total`) and per trace (`.by_trace`). `run`, `verify`: how each trace is opened
+    (open_trace's; None: its default). `engine`, `client`, `scheduler`, `workers`: see the
+    module docstring."""
+    labels = find_traces(traces)
+    names = None if counters is None else (counters,) if isinstance(counters, str) else tuple(counters)
+    unknown = [n for n in names or () if n not in ALL_COUNTERS]
+    if unknown:
+        raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(ALL_COUNTERS)}")
+    work = CountWork(names, options, {"run": run, "verify": verify})
+    with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
+        results = runner.run(work, labels)
+    by_trace = {label: result for label, (_, result) in zip(labels, results)}
+    return CombinedCounts(add_counter_results(list(by_trace.values())), by_trace, [facts for facts, _ in results])
+
+
+def energy(traces, model: str | None = None, preset=None, *, overrides=(), engine: str = "in-process", client=None,
+           scheduler: str | None = None, workers: int | None = None, run: str | None = None,
+           verify: bool | None = None, **options) -> CombinedEnergy:
+    """analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
+    `traces` names, as report rows: added up (`.frame`) and per trace (`.by_trace`). Model None:
+    the preset's, else the traces' default (which they must agree on). Work outside the model's
+    scope raises a ModelScopeWarning per trace, as energy() does."""
+    labels = find_traces(traces)
+    work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify})
+    with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
+        results = runner.run(work, labels)
+    facts = [fact for fact, _ in results]
+    for fact in facts:
+        for message in fact.scope_warnings:
+            warnings.warn(message if len(facts) == 1 else f"{fact.label}: {message}", ModelScopeWarning, stacklevel=2)
+    parts = [part for _, part in results]
+    combined = add_energy_parts(parts, sizes=True)
+    model = facts[0].model
+    name = getattr(preset, "name", None) or (str(preset) if preset is not None else DEFAULT_PRESETS[model])
+    return CombinedEnergy(model, name, combined.frame, {label: part.frame for label, part in zip(labels, parts)},
+                          combined.warnings, facts)

@@ -1,0 +1,189 @@
+"""Adding up partial results: the counts and energies of several shards (ranks of one trace)
+or of several traces, and what a combination of several traces holds.
+
+Counts are sums over events, each event of one rank, so the counts of a trace are the sums of
+its ranks' counts, exactly: every frame of a CounterResult adds up row by row, except the one
+number that is a size (neuron_state's potential buffer, the largest one any scope needs),
+which combines by max. An energy report's rows (`report.to_frame()`) add up the same way for
+the models whose energies are sums over ranks (RANK_ADDITIVE_MODELS, checked by
+tests/test_dask_engine.py); over traces every energy and count adds up, and the rows that are
+sizes of hardware combine as SIZE_ROWS says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analyze.counters.result import CounterResult
+from analyze.many.traces import TraceFacts, modules_of
+from analyze.present.energy_table import total_of
+
+# Models whose report rows, summed over a trace's ranks, equal the report of the whole trace.
+# lemaire is not: its qualia convention pools spike rates over every call of every rank, and its
+# buffer sizes are maxima; spikesim is not: its area, stage count and unsupported work describe
+# the network once, whatever the number of ranks. Those two are evaluated whole trace by whole trace.
+RANK_ADDITIVE_MODELS = ("compute", "neuromc")
+
+# Rows of a report that are sizes of hardware, not amounts of work: (breakdown, key or None for
+# every key) -> how several traces combine them. "max": the largest any trace needs (lemaire's
+# buffer capacities, each already the largest over its layers); "per trace": nothing combines
+# them (spikesim's area is that of one network's crossbars), so a combination of several traces
+# leaves them out and each trace's own result keeps them.
+SIZE_ROWS = {("buffer", None): "max", ("area", None): "per trace", ("total", "area_mm2"): "per trace"}
+# CounterResult.details rows that are sizes: (counter, family, metric), combined by max.
+DETAIL_MAXIMA = {("neuron_state", "projection", "potential_buffer_bytes")}
+
+
+def _added(frames: list[pd.DataFrame], keys: list[str], values: list[str], maxima=None) -> pd.DataFrame:
+    """The rows of `frames` added per `keys` (first-seen order); `maxima` (a boolean Series
+    over the concatenated rows) marks rows combined by max instead."""
+    frames = [f for f in frames if f is not None and len(f)]
+    if not frames:
+        return pd.DataFrame({**{k: pd.Series([], dtype=object) for k in keys},
+                             **{v: pd.Series([], dtype="int64") for v in values}})
+    frame = pd.concat(frames, ignore_index=True)
+    if maxima is None:
+        return frame.groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
+    marks = maxima(frame)
+    summed = frame[~marks].groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
+    largest = frame[marks].groupby(keys, sort=False, dropna=False, as_index=False)[values].max()
+    return pd.concat([summed, largest], ignore_index=True)
+
+
+def _sorted_uncovered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Counter, then most calls first, then op: the order analyze.counters gives these tables."""
+    frame = frame.sort_values(["counter", "calls", "op"], ascending=[True, False, True], ignore_index=True)
+    return frame[columns].astype({c: "int64" for c in columns if c in ("calls", "tensor_bytes")})
+
+
+def add_counter_results(results: list[CounterResult]) -> CounterResult:
+    """One CounterResult of several (of the ranks of a trace, or of traces): every count added."""
+    if len(results) == 1:
+        return results[0]
+    first = next((r.frame for r in results if len(r.frame)), results[0].frame)
+    groups = [c for c in first.columns if c not in ("counter", "scope", "op", "value")]
+    keys = ["counter", "scope", "op", *groups]
+    frame = _added([r.frame for r in results], keys, ["value"])
+    order = {name: i for i, name in enumerate(dict.fromkeys(c for r in results for c in r.frame["counter"]))}
+    frame = (frame.assign(_counter=frame["counter"].map(order)).sort_values(["_counter", "scope", "op", *groups],
+                                                                            ignore_index=True, kind="stable")
+             .drop(columns="_counter")[[*keys, "value"]].astype({"value": "int64"}))
+    uncovered = {}
+    for name in ("unsupported", "not_applicable", "aborts"):
+        columns = ["counter", "op", "calls", *(["tensor_bytes"] if name != "aborts" else [])]
+        added = _added([getattr(r, name) for r in results], ["counter", "op"], columns[2:])
+        uncovered[name] = _sorted_uncovered(added, columns)
+    detail_keys = ["counter", "family", "scope", "metric"]
+    details = _added([r.details for r in results], detail_keys, ["value"], maxima=lambda f: pd.Series(
+        [(c, fam, m) in DETAIL_MAXIMA for c, fam, m in zip(f["counter"], f["family"], f["metric"])], index=f.index))
+    # each part lists its scopes in whatever order its query returned them: metric by metric as
+    # the counter gives them, scopes by name, so every combination comes out the same
+    positions = {k: {v: i for i, v in enumerate(dict.fromkeys(details[k]))} for k in ("counter", "family", "metric")}
+    details = details.sort_values(["counter", "family", "metric", "scope"], key=lambda column: column.map(
+        positions[column.name]) if column.name in positions else column, ignore_index=True, kind="stable")
+    group_totals = None
+    if all(r.group_totals is not None for r in results):
+        columns = list(results[0].group_totals.columns)
+        group_totals = _added([r.group_totals for r in results], columns[:-1], ["value"])
+        group_totals = group_totals.sort_values(columns[:-1], ignore_index=True).astype({"value": "int64"})
+    return CounterResult(
+        frame=frame,
+        unsupported=uncovered["unsupported"],
+        aborts=uncovered["aborts"],
+        selected_events=sum(r.selected_events for r in results),
+        selected_bytes=sum(r.selected_bytes for r in results),
+        not_applicable=uncovered["not_applicable"],
+        details=details.astype({"value": "int64"}),
+        group_totals=group_totals,
+    )
+
+
+@dataclass
+class EnergyPart:
+    """An energy report as rows (the model's `report.to_frame()`: breakdown, key, pj, count, and
+    the model's other columns) and its warnings: what a shard or a trace gives back."""
+
+    frame: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+def _size_rule(breakdown, key) -> str | None:
+    return SIZE_ROWS.get((breakdown, key), SIZE_ROWS.get((breakdown, None)))
+
+
+def add_energy_parts(parts: list[EnergyPart], *, sizes: bool = False) -> EnergyPart:
+    """One report of several: each row (breakdown, key) added over the parts. Over the ranks of a
+    trace (`sizes` False) every row is an amount; over traces (`sizes` True) the rows SIZE_ROWS
+    names combine as it says. A key a report repeats (its n-th occurrence) stays a row of its own."""
+    if len(parts) == 1:
+        return parts[0]
+    columns = list(dict.fromkeys(c for p in parts for c in p.frame.columns))
+    frames = [p.frame.assign(_occurrence=p.frame.groupby(["breakdown", "key"], sort=False).cumcount())
+              for p in parts if len(p.frame)]
+    frame = pd.concat(frames, ignore_index=True)
+    keys = ["breakdown", "key", "_occurrence"]
+    numbers = [c for c in columns if c not in ("breakdown", "key") and pd.api.types.is_numeric_dtype(frame[c])]
+    texts = [c for c in columns if c not in ("breakdown", "key", *numbers)]
+    rules = [_size_rule(b, k) if sizes else None for b, k in zip(frame["breakdown"], frame["key"])]
+    frame = frame.assign(_rule=rules)
+    frame = frame[frame["_rule"] != "per trace"]
+    grouped = frame.groupby(keys, sort=False, dropna=False)
+    added = grouped[numbers].sum(min_count=1)
+    largest = grouped[numbers].max()
+    by_max = grouped["_rule"].first().eq("max")
+    added.loc[by_max, numbers] = largest.loc[by_max, numbers]
+    added = added.join(grouped[texts].first()) if texts else added
+    # the breakdowns in the order the reports list them, each one's keys in first-seen order
+    added = added.reset_index()
+    position = {b: i for i, b in enumerate(dict.fromkeys(added["breakdown"]))}
+    added = added.assign(_position=added["breakdown"].map(position)).sort_values("_position", kind="stable")
+    warnings = list(dict.fromkeys(w for p in parts for w in p.warnings))
+    return EnergyPart(added[columns].reset_index(drop=True), warnings)
+
+
+@dataclass
+class CombinedCounts:
+    """The counts of several traces: `total` every trace's counts added, `by_trace` each one's
+    (label -> CounterResult), `traces` what each trace said about itself (in the order named)."""
+
+    total: CounterResult
+    by_trace: dict[str, CounterResult]
+    traces: list[TraceFacts]
+
+    def totals_by_trace(self) -> pd.DataFrame:
+        """trace, counter, value: each counter's total (scope Global) per trace."""
+        rows = [(label, counter, value) for label, result in self.by_trace.items()
+                for counter, value in result.totals().items()]
+        return pd.DataFrame(rows, columns=["trace", "counter", "value"]).astype({"value": "int64"})
+
+    def modules(self) -> pd.DataFrame:
+        """Every trace's module classes (scope, class_name, is_leaf, order), each scope once."""
+        return modules_of(self.traces)
+
+
+@dataclass
+class CombinedEnergy:
+    """The energy of several traces under one model and preset: `frame` the rows of every trace's
+    report added (sizes as SIZE_ROWS says), `by_trace` each trace's rows, `warnings` the reports'."""
+
+    model: str
+    preset: str
+    frame: pd.DataFrame
+    by_trace: dict[str, pd.DataFrame]
+    warnings: list[str]
+    traces: list[TraceFacts]
+
+    @property
+    def energy_total_pj(self) -> float:
+        return total_of(self.frame)
+
+    def totals_by_trace(self) -> pd.DataFrame:
+        """trace, energy_total_pj: each trace's total."""
+        return pd.DataFrame({"trace": list(self.by_trace),
+                             "energy_total_pj": [total_of(f) for f in self.by_trace.values()]})
+
+    def modules(self) -> pd.DataFrame:
+        return modules_of(self.traces)
+
