@@ -93,12 +93,19 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
         manifests = _only_ranks(root, read_manifests(root, run, warnings), ranks)
         try:
             parts = find_parts(root, manifests, warnings, verify=verify)
-            break
-        except PartVanishedError:
+            _add_state_warnings(manifests, ranks, warnings)
+            return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
+                         max_temp_size=max_temp_size)
+        except (PartVanishedError, duckdb.IOException):
             # A capture that compacts its parts at close removes the ones it replaced once the
-            # new list is committed: a reader that read the old list tries the new one.
+            # new list is committed: a reader that read the old list (while checking the parts,
+            # or while DuckDB binds the views to them) tries the new one.
             if attempt + 1 == OPEN_ATTEMPTS or _only_ranks(root, read_manifests(root, run), ranks) == manifests:
                 raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _add_state_warnings(manifests: dict[int, dict], ranks: list[int] | None, warnings: list[str]) -> None:
     for rank, manifest in sorted(manifests.items()):
         if manifest.get("status") != COMPLETE:
             warnings.append(
@@ -111,8 +118,6 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     world_size = max(int(m.get("world_size") or 1) for m in manifests.values())
     if len(manifests) < world_size and ranks is None:
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
-    return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
-                 max_temp_size=max_temp_size)
 
 
 def _only_ranks(root: Path, manifests: dict[int, dict], ranks: list[int] | None) -> dict[int, dict]:
@@ -159,7 +164,11 @@ class Trace:
         self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)
         self.con.execute(f"SET temp_directory = '{self._spill}'")
         self.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
-        create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
+        try:
+            create_views(self.con, path, {table: [p.path for p in ps] for table, ps in parts.items()})
+        except BaseException:
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else "incomplete"
