@@ -81,8 +81,13 @@ def checksum_of_bytes(data) -> str:
     return hashlib.blake2b(data, digest_size=CHECKSUM_DIGEST_SIZE).hexdigest()
 
 
+def checksum_of_handle(handle) -> str:
+    """BLAKE2b of everything a binary file object holds, read from its start."""
+    handle.seek(0)
+    return hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=CHECKSUM_DIGEST_SIZE)).hexdigest()
+
+
 def checksum_of_file(path: Path) -> str:
     """BLAKE2b of the whole regular file at `path`."""
-    fd = open_regular(path)
-    with os.fdopen(fd, "rb") as handle:
-        return hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=CHECKSUM_DIGEST_SIZE)).hexdigest()
+    with os.fdopen(open_regular(path), "rb") as handle:
+        return checksum_of_handle(handle)

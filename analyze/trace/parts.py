@@ -12,7 +12,6 @@ one core), which catches a flipped bit that still decodes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import pyarrow.parquet as pq
 
 from analyze.trace.manifest import COMPLETE, TraceError, check_version, first_line
 from schemas import layout
-from schemas.safe_files import UnsafeFileError, check_plain_directory, open_regular
+from schemas.safe_files import UnsafeFileError, check_plain_directory, checksum_of_handle, open_regular
 from schemas.tables import TABLES
 from schemas.version import SCHEMA_VERSION, added_after, parse_version
 
@@ -102,11 +101,8 @@ def check_part(path: Path, table: str, *, rows: int | None = None, size: int | N
             problem = f"unreadable schema ({first_line(exc)})"
         if problem:
             raise TraceError(f"{path}: {problem}")
-        if verify and checksum is not None:
-            handle.seek(0)
-            digest = hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=layout.CHECKSUM_DIGEST_SIZE))
-            if digest.hexdigest() != checksum:
-                raise TraceError(f"{path}: checksum mismatch: the file changed after it was committed (damaged)")
+        if verify and checksum is not None and checksum_of_handle(handle) != checksum:  # the file opened above
+            raise TraceError(f"{path}: checksum mismatch: the file changed after it was committed (damaged)")
     return metadata.num_rows
 
 
