@@ -487,6 +487,7 @@ def test_ranks_opens_a_shard_of_a_multi_rank_trace(tmp_path):
     write_trace(tmp_path / "t", rank=1, world_size=2, ops=OPS[:2])
     with open_trace(tmp_path / "t", ranks=[1]) as shard:
         assert shard.ranks == [1] and shard.count("events") == 2 and shard.validate() == []
+        assert not shard.changed_since_open()  # re-read as opened: rank 1 only
         assert not any("world size" in warning for warning in shard.warnings)
     with pytest.raises(TraceError, match="no rank 5"):
         open_trace(tmp_path / "t", ranks=[5])

@@ -90,17 +90,17 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     root = Path(path)
     for attempt in range(OPEN_ATTEMPTS):
         warnings: list[str] = []
-        manifests = _only_ranks(root, read_manifests(root, run, warnings), ranks)
+        manifests = current_manifests(root, run, ranks, warnings)
         try:
             parts = find_parts(root, manifests, warnings, verify=verify)
             _add_state_warnings(manifests, ranks, warnings)
             return Trace(root, manifests, parts, warnings, threads=threads, memory_limit=memory_limit,
-                         max_temp_size=max_temp_size)
+                         max_temp_size=max_temp_size, selection=(run, ranks))
         except (PartVanishedError, duckdb.IOException):
             # A capture that compacts its parts at close removes the ones it replaced once the
             # new list is committed: a reader that read the old list (while checking the parts,
             # or while DuckDB binds the views to them) tries the new one.
-            if attempt + 1 == OPEN_ATTEMPTS or _only_ranks(root, read_manifests(root, run), ranks) == manifests:
+            if attempt + 1 == OPEN_ATTEMPTS or current_manifests(root, run, ranks) == manifests:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -120,7 +120,10 @@ def _add_state_warnings(manifests: dict[int, dict], ranks: list[int] | None, war
         warnings.append(f"world size is {world_size} but only ranks {sorted(manifests)} have a manifest")
 
 
-def _only_ranks(root: Path, manifests: dict[int, dict], ranks: list[int] | None) -> dict[int, dict]:
+def current_manifests(root: Path, run: str | None, ranks: list[int] | None,
+                      warnings: list[str] | None = None) -> dict[int, dict]:
+    """The manifests on disk now, of the run and ranks a trace is opened with."""
+    manifests = read_manifests(root, run, warnings)
     if ranks is None:
         return manifests
     missing = sorted(set(ranks) - set(manifests))
@@ -135,8 +138,10 @@ class Trace:
     def __init__(
         self, path: Path, manifests: dict[int, dict], parts: dict[str, list[Part]], warnings: list[str], *,
         threads: int = 2, memory_limit: str = "1GB", max_temp_size: str = "8GB",
+        selection: tuple[str | None, list[int] | None] = (None, None),
     ) -> None:
         self.path = path
+        self._selection = selection  # (run, ranks) it was opened with: what changed_since_open re-reads
         self.manifests = manifests
         self.ranks = sorted(manifests)
         self.manifest = manifests.get(0, manifests[self.ranks[0]])
@@ -213,7 +218,7 @@ class Trace:
     def changed_since_open(self) -> bool:
         """True if the manifests on disk are no longer the ones this Trace read."""
         try:
-            return read_manifests(self.path, self.manifest.get("run_id")) != self.manifests
+            return current_manifests(self.path, *self._selection) != self.manifests
         except TraceError:
             return True
 
