@@ -45,6 +45,11 @@ def manifest_rank(path: Path) -> int | None:
     return int(match.group(1) or 0)
 
 
+def holds_manifest(directory: Path) -> bool:
+    """`directory` is a directory with a rank's manifest in it: a trace, by its names."""
+    return directory.is_dir() and any(manifest_rank(child) is not None for child in directory.iterdir())
+
+
 def part_dir(root: Path, table: str, rank: int) -> Path:
     return root / table / f"rank={rank}"
 

@@ -53,6 +53,6 @@ def _make_room(out: Path, force: bool) -> None:
         return
     if not force:
         raise click.UsageError(f"{out} already exists; pass --force to replace the trace there")
-    if out.is_symlink() or not out.is_dir() or not any(layout.manifest_rank(p) is not None for p in out.iterdir()):
+    if out.is_symlink() or not layout.holds_manifest(out):
         raise click.UsageError(f"{out} is not a spiketrace trace; not deleting it (choose another OUT)")
     shutil.rmtree(out)

@@ -20,12 +20,7 @@ import pandas as pd
 from analyze.present.counts import module_classes, trace_json
 from analyze.present.health import recomputed_events
 from analyze.trace import TraceError
-from schemas.layout import MANIFEST_NAME, manifest_rank
-
-
-def is_trace(path: Path) -> bool:
-    """A directory holding a rank's manifest."""
-    return path.is_dir() and any(manifest_rank(child) is not None for child in path.iterdir())
+from schemas.layout import MANIFEST_NAME, holds_manifest
 
 
 def _natural(name: str) -> list:
@@ -44,10 +39,10 @@ def find_traces(arguments) -> list[str]:
     found: list[str] = []
     for argument in arguments:
         path = Path(argument)
-        if not path.is_dir() or is_trace(path):
+        if not path.is_dir() or holds_manifest(path):
             found.append(str(argument))
             continue
-        children = sorted((c for c in path.iterdir() if is_trace(c)), key=lambda c: _natural(c.name))
+        children = sorted((c for c in path.iterdir() if holds_manifest(c)), key=lambda c: _natural(c.name))
         if not children:
             raise TraceError(f"{path}: not a trace, and none of its subdirectories is one (no {MANIFEST_NAME})")
         found += [str(child) for child in children]
