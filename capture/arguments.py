@@ -29,8 +29,8 @@ class TensorCollector:
 
     __slots__ = ("tensors",)
 
-    def __init__(self) -> None:
-        self.tensors: list[tuple[torch.Tensor, str, int | None, str | None, int | None]] = []
+    def __init__(self, tensors: list | None = None) -> None:
+        self.tensors: list[tuple[torch.Tensor, str, int | None, str | None, int | None]] = [] if tensors is None else tensors
 
     def add(self, t: torch.Tensor, role: str, position, name, item) -> dict:
         self.tensors.append((t, role, position, name, item))
@@ -62,10 +62,93 @@ def _encode(value, collector: TensorCollector, role: str, position, name, item):
     return {"$repr": repr(value)}
 
 
-def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
-    """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order."""
-    collector = TensorCollector()
-    tensors = collector.tensors
+class _TensorSlot:
+    """Marks where a tensor stood in an interning key (a unique, hashable object)."""
+
+    __slots__ = ()
+
+
+_TENSOR = _TensorSlot()
+_INTERNED_LIMIT = 65536
+# (args key) -> args JSON, for calls whose positional arguments are all tensors, ints or None
+# and that have no keyword arguments (most ops): the same JSON string object every time the
+# same structure recurs, instead of an encoder pass per op. Ints are compared with their
+# type (`type(a) is int`), so True never meets 1; floats never take this path (0.0 == -0.0).
+_interned_args: dict[tuple, str] = {}
+_interned_strings: dict[str, str] = {}
+# The JSON of a single tensor output, by its placeholder index.
+_OUT_TENSOR = [f'{{"$t":{k}}}' for k in range(64)]
+
+
+def _intern(text: str) -> str:
+    if len(_interned_strings) > _INTERNED_LIMIT:
+        _interned_strings.clear()
+    return _interned_strings.setdefault(text, text)
+
+
+def _placeholders_json(key: tuple) -> str:
+    placeholders, k = [], 0
+    for value in key:
+        if value is _TENSOR:
+            placeholders.append({"$t": k})
+            k += 1
+        else:
+            placeholders.append(value)
+    return _dumps(placeholders)
+
+
+def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[str, str, str, list]:
+    """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order.
+
+    With `intern` (capture/fast_paths.py), equal argument structures share one JSON string
+    object and skip the encoder; the JSON is the same either way."""
+    tensors: list = []
+    args_json = None
+    if intern and not kwargs:
+        key = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                tensors.append((a, "arg", i, None, None))
+                key.append(_TENSOR)
+            elif type(a) is int or a is None:
+                key.append(a)
+            else:
+                del tensors[:]
+                break
+        else:
+            key = tuple(key)
+            args_json = _interned_args.get(key)
+            if args_json is None:
+                if len(_interned_args) > _INTERNED_LIMIT:
+                    _interned_args.clear()
+                args_json = _interned_args[key] = _placeholders_json(key)
+    if args_json is None:
+        args_json = _encode_args(args, tensors)
+        if intern:
+            args_json = _intern(args_json)
+    collector = TensorCollector(tensors) if kwargs or not isinstance(out, torch.Tensor) else None
+    if kwargs:
+        kwargs_json = _dumps({key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()})
+        if intern:
+            kwargs_json = _intern(kwargs_json)
+    else:
+        kwargs_json = "{}"
+    if isinstance(out, torch.Tensor):  # the common case, without the encoder
+        tensors.append((out, "out", 0, None, None))
+        k = len(tensors) - 1
+        out_json = _OUT_TENSOR[k] if k < len(_OUT_TENSOR) else f'{{"$t":{k}}}'
+    else:
+        if isinstance(out, (tuple, list)):
+            out_json = _dumps([_encode(o, collector, "out", i, None, None) for i, o in enumerate(out)])
+        else:
+            out_json = _dumps(_encode(out, collector, "out", 0, None, None))
+        if intern:
+            out_json = _intern(out_json)
+    return args_json, kwargs_json, out_json, tensors
+
+
+def _encode_args(args: tuple, tensors: list) -> str:
+    collector = TensorCollector(tensors)
     encoded_args = []
     for i, a in enumerate(args):  # tensors and ints first: most arguments are one of them
         if isinstance(a, torch.Tensor):
@@ -75,15 +158,4 @@ def encode_call(args: tuple, kwargs: dict, out) -> tuple[str, str, str, list]:
             encoded_args.append(a)
         else:
             encoded_args.append(_encode(a, collector, "arg", i, None, None))
-    if kwargs:
-        kwargs_json = _dumps({key: _encode(v, collector, "kwarg", None, key, None) for key, v in kwargs.items()})
-    else:
-        kwargs_json = "{}"
-    if isinstance(out, torch.Tensor):  # the common case, without the encoder
-        collector.tensors.append((out, "out", 0, None, None))
-        out_json = f'{{"$t":{len(collector.tensors) - 1}}}'
-    elif isinstance(out, (tuple, list)):
-        out_json = _dumps([_encode(o, collector, "out", i, None, None) for i, o in enumerate(out)])
-    else:
-        out_json = _dumps(_encode(out, collector, "out", 0, None, None))
-    return _dumps(encoded_args), kwargs_json, out_json, collector.tensors
+    return _dumps(encoded_args)

@@ -44,6 +44,8 @@ class RecordingContext:
     catalog: "ModuleCatalog"
     keep_binary_inputs: bool = False
     defer_statistics: bool = False
+    value_statistics: str = "full"  # the level (schemas/statistics_levels.py)
+    fast_paths: frozenset = frozenset()  # capture/fast_paths.py
     # Built after the context, since they take its seq counter and scope state:
     registry: "TensorRegistry | None" = None
     tracker: "ScopeTracker | None" = None

@@ -26,12 +26,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from capture.arguments import encode_call
 from capture.context import RecordingContext
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
-from capture.tensors import excluded_from_modes, has_values, immediate_stats
+from capture.tensors import excluded_from_modes, has_values, immediate_stats, modes_would_see
 from capture.propagation import PROPAGATION
 from capture.collectives import COLLECTIVES, collective_outputs, collective_row
 from capture.decompositions import decomposition_plan, may_decompose, run_decomposed
 from capture.tracker import in_recomputation
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+from schemas.statistics_levels import SYNAPTIC_LEVEL_OPERANDS
 from schemas.tables import TABLES
 
 _op_names: dict = {}
@@ -100,7 +101,10 @@ class RecordingMode(TorchDispatchMode):
                     return out
         out = func(*args, **kwargs)  # the user's op: its own errors are the user's, raised as ever
         if context.recording:
-            with context.lock, excluded_from_modes():
+            # No exclusion guard here: our own mode is stashed while this method runs, and the
+            # few ops the record runs (value statistics) take excluded_from_modes() themselves,
+            # so no mode (ours or the user's) sees them.
+            with context.lock:
                 try:
                     self.ops.record(func, args, kwargs, out)
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
@@ -113,6 +117,23 @@ class RecordingMode(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001 - a capture failure: the op is recorded as it comes
             self.context.report_failure("dispatch", _safe_op_name(func), exc, self.context.seq)
             return None
+
+
+class OpPlan:
+    """What the per-op path needs to know about an op, worked out once per OpOverload."""
+
+    __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted")
+
+    def __init__(self, func, propagation: bool = True, synaptic_level: bool = False) -> None:
+        self.name = name = op_name(func)
+        self.collective = name in COLLECTIVES
+        self.written_positions, self.written_names = (
+            collective_outputs(name, func) if self.collective else written_arguments(func)
+        )
+        self.propagate = PROPAGATION.get(name) if propagation else None
+        self.statistics = name in OP_STATISTICS
+        # Positional operands whose statistics the "synaptic" level takes (all: empty here).
+        self.wanted = SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ()
 
 
 class OpLog:
@@ -129,7 +150,13 @@ class OpLog:
         self._event_appends = [self.events[name].append for name in _EVENT_COLUMNS]
         self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
         self._use_seqs = self.uses["seq"]
-        self._strings: dict[str, str] = {}  # argument JSON repeats from step to step: one object each
+        self._event_seqs = self.events["seq"]
+        self._flush_rows = context.writer.flush_rows
+        self._plans: dict = {}  # OpOverload -> OpPlan
+        fast = context.fast_paths
+        self._intern = "interned_arguments" in fast
+        self._propagation = "propagated_statistics" in fast
+        self._synaptic_level = context.value_statistics == "synaptic"
         # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
         # whether its condition held (None: it did), both fetched at the next flush.
         self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
@@ -143,14 +170,18 @@ class OpLog:
     def record(self, func, args, kwargs, out) -> None:
         context = self.context
         registry = context.registry
-        seq = context.take_seq()
-        name = op_name(func)
-        context.current_record = name
-        args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out)
+        plan = self._plans.get(func)
+        if plan is None:
+            plan = self._plans[func] = OpPlan(func, self._propagation, self._synaptic_level)
+        seq = context.seq
+        context.seq = seq + 1
+        context.steps_recorded.add(context.step_index)
+        name = context.current_record = plan.name
+        args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out, self._intern)
 
-        collective = name in COLLECTIVES
-        written_positions, written_names = collective_outputs(name, func) if collective else written_arguments(func)
-        propagate = PROPAGATION.get(name)
+        collective = plan.collective
+        written_positions, written_names = plan.written_positions, plan.written_names
+        propagate, wanted_positions = plan.propagate, plan.wanted
         u = self._use_appends
         uses_before = len(self._use_seqs)
         described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
@@ -162,7 +193,8 @@ class OpLog:
                     if propagate is not None and role == "out" and t is out:
                         known = _propagated(propagate, args, kwargs, out, registry.stats_of)
                     written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
-                    tensor_id = registry.describe(t, seq, known_stats=known, written=written)
+                    wanted = role == "arg" and position in wanted_positions
+                    tensor_id = registry.describe(t, seq, known_stats=known, written=written, wanted=wanted)
                     described[id(t)] = tensor_id
                 u[0](seq); u[1](k); u[2](role); u[3](position); u[4](key); u[5](item); u[6](tensor_id)
             thread, scope_id = context.thread_index(), context.scope_id()
@@ -182,19 +214,18 @@ class OpLog:
         recompute = in_backward and in_recomputation(grad_enabled)
         e[6](grad_enabled); e[7](in_backward)
         e[8](thread); e[9](scope_id)
-        strings = self._strings
-        if len(strings) > 65536:
-            strings.clear()
-        e[10](strings.setdefault(args_json, args_json)); e[11](strings.setdefault(kwargs_json, kwargs_json))
-        e[12](strings.setdefault(out_json, out_json)); e[13](recompute)
+        e[10](args_json); e[11](kwargs_json); e[12](out_json); e[13](recompute)
 
-        if collective:
-            self._collective(seq, name, func, args, kwargs, out)
-
-        if name in OP_STATISTICS:
-            self._op_statistics(name, seq, args, out)
+        if collective or plan.statistics:  # rare ops, which may hold tensor subclasses: always guarded
+            with excluded_from_modes():
+                if collective:
+                    self._collective(seq, name, func, args, kwargs, out)
+                if plan.statistics:
+                    self._op_statistics(name, seq, args, out)
         context.snapshot_memories(seq)
-        context.writer.maybe_flush()
+        rows = len(self._event_seqs)
+        if rows % 4096 == 0 or rows >= self._flush_rows:  # what maybe_flush tests, without its call
+            context.writer.maybe_flush()
 
     def _collective(self, seq: int, name: str, func, args, kwargs, out) -> None:
         try:
@@ -329,10 +360,19 @@ class OpLog:
         self._weight_binary = {k: v for k, v in self._weight_binary.items() if not isinstance(v, torch.Tensor)}
 
 
+def unseen(function, *arguments):
+    """Run a part of the record whose ops no dispatch mode may see: under the exclusion guard
+    only when a mode would see them (capture/tensors.py modes_would_see)."""
+    if modes_would_see():
+        with excluded_from_modes():
+            return function(*arguments)
+    return function(*arguments)
+
+
 def _propagated(propagate, args, kwargs, out, known):
     """A propagation rule's (nnz, is01), or None (scan instead) if the rule cannot apply."""
     try:
-        return propagate(args, kwargs, out, known)
+        return unseen(propagate, args, kwargs, out, known)  # a rule may compare a tensor with a number
     except Exception:  # noqa: BLE001 - scanning gives the same values: nothing is lost
         return None
 

@@ -52,7 +52,9 @@ from capture.modules import ModuleCatalog
 from capture.optimizers import OptimizerLog
 from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
+from capture.fast_paths import enabled_fast_paths
 from capture.tensors import TensorRegistry, excluded_from_modes
+from schemas.statistics_levels import SYNAPTIC_LEVEL_HOOKS, level_of
 from capture.tracker import ScopeTracker
 from capture.writer import TraceWriter
 
@@ -85,7 +87,9 @@ class Recorder:
     still open (without a schedule: once, at close). `compact`: merge the small parts of small
     flushes into larger ones at close (capture/compaction.py), so readers pay per few parts.
     `run_id`: the capture run's id; by default agreed by the ranks (capture/run_id.py).
-    See the module docstring.
+    `value_statistics`: "full" (True), "synaptic" (only where a shipped rule reads them,
+    cheaper; NeuroMC and neuron_state then refuse the trace) or "none" (False); see
+    schemas/statistics_levels.py. See the module docstring.
     """
 
     def __init__(
@@ -94,7 +98,7 @@ class Recorder:
         model: torch.nn.Module | None = None,
         optimizer: torch.optim.Optimizer | list | None = None,
         *,
-        value_statistics: bool = True,
+        value_statistics: str | bool = "full",
         keep_binary_inputs: bool = False,
         defer_statistics: bool = False,
         flush_events: int = 200_000,
@@ -112,7 +116,7 @@ class Recorder:
         self.path = os.fspath(path)
         self.model = model
         self.optimizers = [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
-        self.value_statistics = value_statistics
+        self.value_statistics = level_of(value_statistics)  # misuse (an unknown level) raises here
         self.keep_binary_inputs = keep_binary_inputs
         self.defer_statistics = defer_statistics
         self.flush_events = flush_events
@@ -202,7 +206,8 @@ class Recorder:
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
         context = self.context = RecordingContext(
             self.writer, self.catalog, keep_binary_inputs=self.keep_binary_inputs,
-            defer_statistics=self.defer_statistics,
+            defer_statistics=self.defer_statistics, value_statistics=self.value_statistics,
+            fast_paths=enabled_fast_paths(),
         )
         self.registry = context.registry = TensorRegistry(
             tables["tensors"], tables["tensor_frees"], context.peek_seq, parameter_names, self.value_statistics,
@@ -356,8 +361,9 @@ class Recorder:
             seq = context.take_seq()
             context.current_record = tracker_name
             registry = context.registry
-            ids = [None if t is None else registry.describe(t, seq) for t in tensors]
-            kwarg_ids = [registry.describe(t, seq) for t in kwarg_tensors]
+            wanted = kind in SYNAPTIC_LEVEL_HOOKS  # layer inputs and outputs (schemas/statistics_levels.py)
+            ids = [None if t is None else registry.describe(t, seq, wanted=wanted) for t in tensors]
+            kwarg_ids = [registry.describe(t, seq, wanted=wanted) for t in kwarg_tensors]
             stage = context.current_stage
             context.writer.tables["module_events"].append(
                 seq=seq,

@@ -39,6 +39,17 @@ def excluded_from_modes():
     return torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
 
 
+_dispatch_stack_depth = torch._C._len_torch_dispatch_stack
+
+
+def modes_would_see() -> bool:
+    """Whether an op run now would reach a dispatch mode: inside our own __torch_dispatch__
+    our mode is stashed, so unless another mode (the user's) is on the stack, the capture's
+    own ops reach no mode and need no excluded_from_modes() guard, whose construction costs
+    more than the small statistic it would guard."""
+    return _dispatch_stack_depth() > 0
+
+
 def _dtype_name(dtype: torch.dtype, _cache: dict = {}) -> str:
     name = _cache.get(dtype)
     if name is None:
@@ -76,6 +87,10 @@ def _version_of(t: torch.Tensor) -> int:
         return -1
 
 
+# The statistics of a state the "synaptic" level left out (a unique object: compared by identity).
+_SKIPPED = tuple([None, None])
+
+
 class PendingStats:
     """nnz/is01 of a non-CPU tensor, still on its device until the next flush."""
 
@@ -97,6 +112,8 @@ class PendingStats:
             self.nnz, self.is01 = nnz, (ones == nnz) if ones is not None else True
         self._nnz_tensor = self._ones_tensor = self._source = None
 
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # no subclass __torch_dispatch__ behind tolist()
 
 # Below this many elements, reading the values into Python and counting beats two kernels.
 SMALL_TENSOR = 256
@@ -123,8 +140,8 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
     numel = t.numel()
     if numel <= SMALL_TENSOR:
-        dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op
-        values = t.tolist() if dim == 1 else [t.item()] if dim == 0 else t.reshape(-1).tolist()
+        dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op (no dispatched op at all)
+        values = t.tolist() if dim == 1 else [t.tolist()] if dim == 0 else t.reshape(-1).tolist()
         zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
         return numel - zeros, zeros + values.count(1) == numel
     if t.dtype is torch.bool:
@@ -156,7 +173,7 @@ class TensorRegistry:
         frees: TableBuffer,
         next_seq: Callable[[], int],
         parameter_names: dict[int, str],
-        value_statistics: bool = True,
+        value_statistics: str = "full",
         defer_statistics: bool = False,
         report_failure: Callable[[BaseException, int], None] | None = None,
     ) -> None:
@@ -164,7 +181,10 @@ class TensorRegistry:
         self.frees = frees
         self.next_seq = next_seq
         self.parameter_names = parameter_names
-        self.value_statistics = value_statistics
+        # The level (schemas/statistics_levels.py): "full" takes statistics of every state,
+        # "synaptic" only where the caller asks (wanted=True), "none" never.
+        self.value_statistics = value_statistics != "none"
+        self.every_state = value_statistics == "full"
         # Keep statistics on the device until flush even on CPU: the accelerator code path,
         # selectable so tests can run it without one.
         self.defer_statistics = defer_statistics
@@ -197,16 +217,19 @@ class TensorRegistry:
             del self.entries[key]
 
     # -- describing ---------------------------------------------------------------------------
-    def describe(self, t: torch.Tensor, seq: int, known_stats: tuple | None = None, written: bool = False) -> int:
+    def describe(self, t: torch.Tensor, seq: int, known_stats: tuple | None = None, written: bool = False,
+                 wanted: bool = False) -> int:
         """The tensor_id of `t`'s current state, writing a row if this state is new.
 
-        Call it under excluded_from_modes(), so its statistics reach no dispatch mode.
+        Its value statistics run under excluded_from_modes(), so they reach no dispatch mode.
 
         `known_stats` are (nnz, is01) the caller derived exactly (capture.propagation), used
         instead of scanning `t`. `written` marks an argument the op
         mutated: inside the dispatch mode its version counter is not bumped yet (autograd's
         ADInplaceOrView kernel bumps it after the Python key returns), so the state is
-        described anew and remembered under the version it will have.
+        described anew and remembered under the version it will have. `wanted` asks for
+        statistics at the "synaptic" level; a state described before without them is then
+        described again, with them.
         """
         key = id(t)
         entry = self.entries.get(key)
@@ -214,14 +237,22 @@ class TensorRegistry:
         shape = t.shape
         requires_grad = t.requires_grad
         stats = None
+        take = self.every_state or (wanted and self.value_statistics)
         if entry is not None and not written and entry[1] == version and entry[3] == shape:
-            if entry[6] == requires_grad:
+            skipped = entry[5] is _SKIPPED
+            if entry[6] == requires_grad and not (skipped and take):
                 return entry[2]
             # Only requires_grad changed (autograd marks an op's output after it returned):
             # a new row, but the values, and so the statistics, are the ones already taken.
-            stats = entry[5]
+            if not (skipped and take):
+                stats = entry[5]
         if stats is None:
-            stats = known_stats if known_stats is not None and self.value_statistics else self._statistics(t, seq)
+            if not take:
+                stats = _SKIPPED
+            elif known_stats is not None and self.value_statistics:
+                stats = known_stats
+            else:
+                stats = self._statistics(t, seq)
         tensor_id = self.next_tensor_id
         self.next_tensor_id += 1  # a failure below leaves a gap in the ids, never a reused one
         if entry is None:
@@ -242,13 +273,18 @@ class TensorRegistry:
     def _statistics(self, t: torch.Tensor, seq: int):
         if not self.value_statistics or t.is_meta or t.layout is not torch.strided or not has_values(t):
             return (None, None)
-        # Callers hold excluded_from_modes(); these ops are not differentiable, so no no_grad.
+        # Under excluded_from_modes() whenever a mode would see them, taken here and only here
+        # (the per-op path holds no guard otherwise). They are not differentiable: no no_grad.
         try:
             if not self.defer_statistics and t.device.type == "cpu":
-                return immediate_stats(t)
-            nnz = torch.count_nonzero(t)
-            ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
-            return PendingStats(nnz, ones)
+                if type(t) in _PLAIN_TENSORS and not modes_would_see():
+                    return immediate_stats(t)
+                with excluded_from_modes():
+                    return immediate_stats(t)
+            with excluded_from_modes():
+                nnz = torch.count_nonzero(t)
+                ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
+                return PendingStats(nnz, ones)
         except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/failures.py)
             if self.report_failure is not None:
                 self.report_failure(exc, seq)

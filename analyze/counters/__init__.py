@@ -23,6 +23,7 @@ from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_acce
 from analyze.counters.neuron_state import neuron_state
 from analyze.counters.sql import MACROS
 from analyze.trace import accepts_path
+from analyze.trace.statistics_level import require_level
 
 COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
 # Module-level counters: their "op" column holds the metric (e.g. weight_read_bytes).
@@ -124,6 +125,8 @@ def count(
     bad_groups = [g for g in by if g not in GROUPS]
     if bad_groups:
         raise ValueError(f"cannot group by {bad_groups}; choose from {GROUPS}")
+    for name in names:  # a rule must not read a statistic the capture did not take as "no spike"
+        require_level(trace, f"counter {name}")
     ignored = _ignore_names(ignore_modules)
     result = count_events(
         trace.con,

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from analyze.trace.statistics_level import require_level
 from analyze.presets import Preset, PresetError
 from analyze.trace import accepts_path
 from analyze.presets import loader as preset_loader
@@ -88,7 +89,9 @@ def _preset_for(model: str, preset, overrides=()) -> Preset:
 def map_activity(trace, model: str, *, stage=None, compat=None, ignore_modules=(), strict: bool = False, **options):
     """The model's preset-independent activity of `trace`: the expensive step (it reads the
     trace), which analyze.results.Analysis does once per (model, options)."""
-    return _model(model).activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
+    module = _model(model)
+    require_level(trace, f"model {model}")
+    return module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
                                   **options)
 
 

@@ -1,0 +1,34 @@
+"""Switches for capture's fast paths: each one records exactly what its slow path records.
+
+A fast path is an optimisation of the per-op work whose output must not differ from the
+plain computation by a single value. Each can be switched off for a run with the
+environment variable SPIKETRACE_SLOW_PATHS (comma-separated names, or `all`), read when a
+Recorder opens: tests/test_fast_paths.py takes a trace with each one off and compares it,
+column by column, with the trace taken with all of them on; a user who suspects one can
+take the slow path the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAST_PATHS = {
+    "interned_arguments": "argument JSON encoded once per (op, argument structure), not per call",
+    "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/propagation.py)",
+}
+
+ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"
+
+
+def enabled_fast_paths() -> frozenset[str]:
+    """The fast paths on for a Recorder opening now; an unknown name is misuse and raises."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if not value:
+        return frozenset(FAST_PATHS)
+    if value == "all":
+        return frozenset()
+    off = {name.strip() for name in value.split(",") if name.strip()}
+    unknown = sorted(off - set(FAST_PATHS))
+    if unknown:
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}: unknown fast path(s) {unknown}; known: {sorted(FAST_PATHS)}")
+    return frozenset(FAST_PATHS) - off
