@@ -3,7 +3,15 @@ code 2 (`--debug` shows the traceback), and the small text helpers.
 
 Exit codes: 0 success; 1 a check or gate failed (`validate`; `validate --strict` also on a
 degraded or incomplete capture; `counts --strict`/`--min-coverage`, `diff --fail-if`); 2 the
-input could not be used (a bad trace, preset, query or option: one line `error: ...` on stderr).
+input could not be used (a bad trace, preset, query, option or filter: one line `error: ...`
+on stderr).
+
+Every command that reads a trace takes the same filters (`selection_options`: --stage --phase
+--step --rank --module; analyze/present/selection.py says how each analysis applies them) and
+the same --format choices (`output_options`): table, csv, json and parquet where the output is
+one table (counts, energy, sql, collectives, diff), table and json where it is a document of
+several (info, validate, demo, presets list|show); report and plot write the file --out
+names. `validate` takes no filters: a trace's integrity is the whole trace's.
 
 This module imports click and nothing heavy: a command's module (and pandas, DuckDB, the
 engines) is imported only when that command runs, so `spiketrace --help` answers at once.
@@ -19,7 +27,7 @@ from importlib import import_module
 
 import click
 
-from analyze.present.safe_text import NonFiniteError, safe, safe_line
+from analyze.present.safe_text import NonFiniteError, json_text, safe, safe_line
 
 # command -> (module that defines it, its one-line help for `spiketrace --help`; a test checks
 # these lines are the commands' own)
@@ -52,12 +60,13 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
     import duckdb
 
     from analyze.many.engines import EngineUnavailable
+    from analyze.present.selection import SelectionError
     from analyze.presets import PresetError
     from analyze.trace import TraceError
     from schemas.version import SchemaVersionError
 
     return (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable,
-            NonFiniteError, EngineUnavailable)
+            NonFiniteError, EngineUnavailable, SelectionError)
 
 
 def one_line(exc: BaseException) -> str:
@@ -196,6 +205,93 @@ def trace_options(command):
             return command(*args, **kwargs)
 
     return with_trace_options
+
+
+def selection_options(command):
+    """--stage, --phase, --step, --rank and --module, the same on every command that reads a
+    trace; the command gets `selection`, an analyze.present.selection.Selection."""
+
+    @click.option("--stage", metavar="NAME", help="Only the work of stage NAME (e.g. forward; `spiketrace info "
+                  "TRACE` lists the stages).")
+    @click.option("--phase", metavar="PHASE", help="Only the work of phase PHASE: forward, backward or optimizer.")
+    @click.option("--step", type=click.IntRange(min=0), metavar="N", help="Only recorder step N.")
+    @click.option("--rank", type=click.IntRange(min=0), metavar="R", help="Only rank R of a multi-process trace.")
+    @click.option("--module", metavar="SCOPE", help="Only the work attributed to module SCOPE and its sub-modules "
+                  "(a tracker name such as Net.fc1; Global is everything).")
+    @functools.wraps(command)
+    def with_selection(*args, stage, phase, step, rank, module, **kwargs):
+        from analyze.present.selection import Selection
+
+        return command(*args, selection=Selection(stage, phase, step, rank, module), **kwargs)
+
+    return with_selection
+
+
+def selected_traces(selection, traces, execution: dict, *, energy: bool = False) -> dict:
+    """selection.check over several traces (paths), each opened as the engines open it (its
+    --run, without checksums: the evaluation checks the parts it reads); then the options of
+    the analyses: an energy model's (stage, step, rank) when `energy`, else the counters'."""
+    if not selection:
+        return {}
+    from analyze.trace import open_trace
+
+    with contextlib.ExitStack() as stack:
+        opened = [stack.enter_context(open_trace(path, run=execution.get("run"), verify=False)) for path in traces]
+        selection.check(*opened)
+        return selection.energy_options(*opened) if energy else selection.counts_options()
+
+
+FORMAT_HELP = {
+    "table": "aligned text (the default)",
+    "csv": "CSV rows",
+    "json": "JSON",
+    "parquet": "a Parquet file (needs --out)",
+}
+
+
+def output_options(*choices: str):
+    """--format (one of `choices`, table by default) and --out FILE; the command gets
+    `output_format` and `out` (emit_text and emit_frame write there)."""
+
+    def decorate(command):
+        @click.option("--format", "output_format", type=click.Choice(choices), default="table", show_default=True,
+                      help="Output: " + "; ".join(f"{c}: {FORMAT_HELP[c]}" for c in choices) + ".")
+        @click.option("--out", type=click.Path(dir_okay=False), metavar="FILE",
+                      help="Write the output to FILE instead of stdout.")
+        @functools.wraps(command)
+        def with_output(*args, output_format, out, **kwargs):
+            if output_format == "parquet" and not out:
+                raise click.UsageError("--format parquet needs --out FILE")
+            return command(*args, output_format=output_format, out=out, **kwargs)
+
+        return with_output
+
+    return decorate
+
+
+def emit_text(text: str, out: str | None) -> None:
+    """`text` (and a newline) on stdout, or into the file `out`."""
+    if out:
+        with open(out, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    else:
+        click.echo(text)
+
+
+def emit_frame(frame, output_format: str, out: str | None) -> None:
+    """A data frame as --format says: csv, parquet (into `out`), json (a list of row objects)
+    or table."""
+    if output_format == "parquet":
+        frame.to_parquet(out, index=False)
+    elif output_format == "csv":
+        if out:
+            frame.to_csv(out, index=False)
+        else:
+            click.echo(frame.to_csv(index=False), nl=False)
+    elif output_format == "json":
+        emit_text(json_text(frame.to_dict("records"), indent=1, default=str), out)
+    else:
+        emit_text(_table(frame), out)
 
 
 def _fail(message: str, code: int) -> None:

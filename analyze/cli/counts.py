@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import click
 
-from analyze.cli.app import _fail, _warn, engine_options, main, one_line, recompute_option, trace_options, warn_traces
+from analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
+                             recompute_option, selected_traces, selection_options, trace_options, warn_traces)
 from analyze.present.safe_text import json_text
 from analyze.counters import count, load_rules
 from analyze.counters.user_rules import RuleError
@@ -46,11 +47,7 @@ class Fraction(click.ParamType):
               help="Table: module tree, top ops, stages, module classes, or one row per trace.")
 @click.option("--depth", type=click.IntRange(min=0), help="--by scope: deepest level shown (Global is 0).")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Ops shown per counter (--by op, and uncovered ops in the coverage block).")
-@click.option("--stage", help="Only events of this stage.")
-@click.option("--phase", help="Only events of this phase.")
-@click.option("--step", type=int, help="Only events of this step.")
-@click.option("--rank", type=int, help="Only events of this rank.")
-@click.option("--module", metavar="SCOPE", help="Only events attributed to SCOPE (and so to its subtree).")
+@selection_options
 @click.option("--ops", multiple=True, metavar="GLOB", help="Only ops matching GLOB (a bare name matches as a prefix); repeatable.")
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
               help="Skip events while a module of this class (qualified or bare name) or path runs; repeatable.")
@@ -61,14 +58,14 @@ class Fraction(click.ParamType):
 @click.option("--strict", is_flag=True, help="Exit 1 when some counter has no rule for an op of the selection.")
 @click.option("--min-coverage", type=Fraction(), metavar="P",
               help="Exit 1 when a counter covers less than P of the calls (0..1 or a percentage like 95%).")
-@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True, help="csv and parquet write the tidy frame (counter, scope, op, [stage,] value).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of stdout (parquet needs it).")
-def counts(trace_paths, counter_names, view, depth, top, stage, phase, step, rank, module, ops, ignore_modules,
+@output_options("table", "csv", "json", "parquet")
+def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_modules,
            compat, recompute, rule_files, strict, min_coverage, output_format, out, execution) -> None:
     """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
 
-    Example: spiketrace counts runs/step --by op --counter flop,mac --strict
+    Example: spiketrace counts runs/step --by op --counter flop,mac --strict --phase backward
+
+    csv and parquet write the tidy frame (counter, scope, op, [stage,] value).
 
     Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
     (csv and parquet: each one's rows, with a trace column). --engine dask runs them on a Dask
@@ -76,43 +73,42 @@ def counts(trace_paths, counter_names, view, depth, top, stage, phase, step, ran
 
     Exit codes: 0 success; 1 --strict or --min-coverage not met (after printing the report);
     2 bad arguments (an unknown counter) or the trace could not be read."""
-    if output_format == "parquet" and not out:
-        raise click.UsageError("--format parquet needs --out FILE")
     for path in rule_files:
         try:
             load_rules(path)
         except RuleError as problem:
             _fail(str(problem), 2)
     names = [n.strip() for item in counter_names for n in item.split(",") if n.strip()] or None
-    selection = {"stage": stage, "phase": phase, "step": step, "rank": rank, "module": module,
-                 "ops": list(ops) or None, "ignore_modules": list(ignore_modules), "compat": compat,
-                 "recompute": recompute}
+    options = {**selection.counts_options(), "ops": list(ops) or None, "ignore_modules": list(ignore_modules),
+               "compat": compat, "recompute": recompute}
     traces = find_traces(trace_paths)
     if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
-        result, fractions = _one_trace(traces[0], names, selection, view, depth, top, output_format, out)
+        result, fractions = _one_trace(traces[0], names, selection, options, view, depth, top, output_format, out)
     else:
-        result, fractions = _many_traces(traces, names, selection, view, depth, top, output_format, out, execution)
+        result, fractions = _many_traces(traces, names, selection, options, view, depth, top, output_format, out,
+                                         execution)
     problem = (counts_view.strict_problem(result) if strict else None) or (
         counts_view.coverage_problem(fractions, min_coverage) if min_coverage is not None else None)
     if problem:
         _fail(problem, 1)
 
 
-def _one_trace(trace_path, names, selection, view, depth, top, output_format, out):
-    recompute = selection["recompute"]
+def _one_trace(trace_path, names, selection, options, view, depth, top, output_format, out):
+    recompute = options["recompute"]
     with open_trace(trace_path) as trace:
         _warn(trace)
+        selection.check(trace)
         note = recompute_note(recomputed_events(trace), recompute or "include")
         if note:
             click.echo(note, err=True)
         try:
-            result = count(trace, names, by=("stage",) if view == "stage" else (), **selection)
+            result = count(trace, names, by=("stage",) if view == "stage" else (), **options)
         except ValueError as exc:
             _fail(one_line(exc), 2)
         names = names or counts_view.counter_names(result)
         if result.frame.empty and result.unsupported.empty:
             click.echo("warning: no events match the selection", err=True)
-        document = counts_view.counts_json(result, trace, counters=names)
+        document = counts_view.counts_json(result, trace, counters=names, selection=selection.as_dict())
         fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
         if output_format in ("csv", "parquet"):
             _write_frame(counts_view.tidy_frame(result, names), output_format, out)
@@ -126,18 +122,20 @@ def _one_trace(trace_path, names, selection, view, depth, top, output_format, ou
     return result, fractions
 
 
-def _many_traces(traces, names, selection, view, depth, top, output_format, out, execution):
+def _many_traces(traces, names, selection, options, view, depth, top, output_format, out, execution):
     """Several traces (or one on a cluster, or --by trace): analyze.many.count, then the same
     tables over the added counts, or one row per trace."""
     from analyze import many
     from analyze.present import many_traces
 
+    selected_traces(selection, traces, execution)
     try:
-        combined = many.count(traces, names, by=("stage",) if view == "stage" else (), **selection, **execution)
+        combined = many.count(traces, names, by=("stage",) if view == "stage" else (), **options, **execution,
+                              progress=True)
     except ValueError as exc:
         _fail(one_line(exc), 2)
     warn_traces(combined.traces)
-    note = recompute_note(sum(f.recomputed_events for f in combined.traces), selection["recompute"] or "include")
+    note = recompute_note(sum(f.recomputed_events for f in combined.traces), options["recompute"] or "include")
     if note:
         click.echo(note, err=True)
     result = combined.total
@@ -151,7 +149,7 @@ def _many_traces(traces, names, selection, view, depth, top, output_format, out,
         _write_frame(frame, output_format, out)
         return result, fractions
     if output_format == "json":
-        text = json_text(many_traces.counts_json_many(combined, names), indent=1)
+        text = json_text(many_traces.counts_json_many(combined, names, selection=selection.as_dict()), indent=1)
     elif view == "trace":
         text = many_traces.counts_by_trace_text(combined, names, fractions, top)
     else:
@@ -164,17 +162,8 @@ def _many_traces(traces, names, selection, view, depth, top, output_format, out,
 
 
 def _write_frame(frame, output_format, out) -> None:
-    if output_format == "parquet":
-        frame.to_parquet(out, index=False)
-    elif out:
-        frame.to_csv(out, index=False)
-    else:
-        click.echo(frame.to_csv(index=False), nl=False)
+    emit_frame(frame, output_format, out)
 
 
 def _write_text(text, out) -> None:
-    if out:
-        with open(out, "w") as handle:
-            handle.write(text + "\n")
-    else:
-        click.echo(text)
+    emit_text(text, out)

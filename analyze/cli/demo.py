@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -19,27 +20,38 @@ from schemas import layout
 
 @main.command()
 @click.argument("out", type=click.Path())
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output: table: the summary, counts and energy as text; json: the info document of the trace.")
 @click.option("--force", is_flag=True, help="Replace OUT when it already holds a spiketrace trace.")
 def demo(out: str, output_format: str, force: bool) -> None:
     """Capture the built-in spiking MLP's training step into OUT and summarise it.
 
+    A bar shows the progress on a terminal. Then try the filters of every command:
+    spiketrace counts OUT --phase backward, spiketrace energy OUT --by stage --step 0.
+
     Example: spiketrace demo /tmp/spiketrace-demo --force"""
+    from analyze.present.progress import steps
+
     _make_room(Path(out), force)
     try:
         from capture.example import record_demo
     except ImportError as exc:
         raise CommandUnavailable(f"the demo needs the capture side and torch ({exc})") from exc
-    with Analysis(record_demo(out)) as analysis:
-        trace = analysis.trace
-        print_info(trace, output_format)
+    with contextlib.ExitStack() as stack:
+        with steps(1 if output_format == "json" else 3, "demo", enabled=True) as bar:  # then print: no bar in between
+            bar.step("capturing")
+            analysis = stack.enter_context(Analysis(record_demo(out)))
+            if output_format == "table":
+                bar.step("counting")
+                result = analysis.counts()
+                bar.step("costing")
+                model = analysis.model()  # a training step: the training model
+                with warnings_to_stderr():
+                    report = analysis.energy(model)
+        print_info(analysis.trace, output_format)
         if output_format == "table":
-            result = analysis.counts()
             click.echo("\noperation counts per module (offline, equal to SpikingJelly's counters):")
             click.echo(counts_view.table_text(result, "scope", 2, 3, coverage=counts_view.coverage(result)))
-            model = analysis.model()  # a training step: the training model
-            with warnings_to_stderr():
-                report = analysis.energy(model)
             click.echo(f"\n{model} energy ({SCOPES[model].label}, {DEFAULT_PRESETS[model]}): "
                        f"{format_energy(report.energy_total_pj)}; by stage: "
                        + ", ".join(f"{safe_line(k)} {format_energy(v)}" for k, v in report.energy_by_stage.items()))

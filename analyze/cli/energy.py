@@ -8,20 +8,19 @@ compiled, compiled_seen, tracker_underflows); `presets show --format json` print
 
 from __future__ import annotations
 
-import sys
-
 import click
 import numpy as np
 import pandas as pd
 
 from analyze import energy as energy_models
 from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import (_table, _warn, engine_options, main, model_option, recompute_option, trace_options,
-                             warn_traces, warnings_to_stderr)
+from analyze.cli.app import (_table, _warn, emit_frame, emit_text, engine_options, main, model_option, output_options,
+                             recompute_option, selected_traces, selection_options, trace_options, warn_traces,
+                             warnings_to_stderr)
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.counts import module_classes, short_class
 from analyze.energy.scopes import recompute_default
-from analyze.present.energy_table import energy_text, energy_views, total_of
+from analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json, total_of
 from analyze.present.health import recompute_note, recomputed_events
 from analyze.present.units import UNIT_CHOICES, format_energy
 from analyze.many.traces import find_traces
@@ -38,56 +37,61 @@ def _headline_values(frame):
 
 
 def _progress(items):
-    if not sys.stderr.isatty():
-        return items
-    from tqdm import tqdm
+    """A bar over the presets costed, on a terminal only (tqdm's disable=None)."""
+    from analyze.present.progress import each
 
-    return tqdm(items, desc="presets", unit="preset", file=sys.stderr)
+    return each(items, "presets", "preset")
 
 
 @main.command()
 @trace_options
 @engine_options
 @click.argument("trace_paths", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
+@selection_options
 @model_option()
 @click.option("--preset", metavar="NAME|FILE", help="Shipped preset name or TOML file (default: the model's).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset parameter, e.g. e_mac_pj=3.1 or 'memory.sram_2MB.r_cost=2.5 fJ/bit'.")
-@click.option("--stage", help="Only this stage.")
-@click.option("--step", type=int, help="Only this recorder step.")
-@click.option("--rank", type=int, help="Only this rank.")
-@click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME")
+@click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
+              help="Skip the work done while a module of this class (qualified or bare name) or path runs; repeatable.")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) where SpikingJelly would refuse.")
 @recompute_option()
 @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
               "model reports; default: component, or the model's first), or trace: one row per trace.")
-@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+@output_options("table", "csv", "json", "parquet")
 @click.option("--units", type=click.Choice(UNIT_CHOICES), default="auto", show_default=True,
               help="Energy unit of the table (auto: the largest that keeps values at least 1).")
-def energy(trace_paths, model, preset, overrides, stage, step, rank, ignore_modules, compat, strict, recompute, view,
-           output_format, units, execution):
+def energy(trace_paths, selection, model, preset, overrides, ignore_modules, compat, strict, recompute, view,
+           output_format, out, units, execution):
     """Energy of TRACE under one preset, by component, stage or module.
 
-    Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage
+    Example: spiketrace energy runs/step --model compute --preset compute-int8-45nm --by stage --phase forward
+
+    Filters: --stage, --step, --rank select the work costed, --phase the stages of that phase;
+    --module is refused (a model costs whole stages: --by module shows each module's energy).
+    csv, json and parquet hold the report's rows (breakdown, key, pj, count, ...).
 
     Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
     (csv: each one's rows, with a trace column). --engine dask runs them on a Dask cluster, one
     task per (trace, rank) for compute and neuromc, per trace for lemaire and spikesim (whose
     numbers do not add up over ranks)."""
-    options = {"stage": stage, "step": step, "rank": rank, "compat": compat, "ignore_modules": ignore_modules,
-               "strict": strict, "recompute": recompute}
+    options = {"compat": compat, "ignore_modules": ignore_modules, "strict": strict, "recompute": recompute}
     traces = find_traces(trace_paths)
+    output = (output_format, out, units)
     if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
-        _one_trace(traces[0], model, preset, overrides, options, view, output_format, units)
+        _one_trace(traces[0], model, preset, overrides, selection, options, view, output)
     else:
-        _many_traces(traces, model, preset, overrides, options, view, output_format, units, execution)
+        _many_traces(traces, model, preset, overrides, selection, options, view, output, execution)
 
 
-def _one_trace(trace_path, model, preset, overrides, options, view, output_format, units):
+def _one_trace(trace_path, model, preset, overrides, selection, options, view, output):
+    output_format, out, units = output
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         trace = analysis.trace
         _warn(trace)
+        selection.check(trace)
+        options = {**selection.energy_options(trace), **options}
         model = analysis.model(model, preset)
         note = recompute_note(recomputed_events(trace), options["recompute"] or recompute_default(model, options["compat"]))
         if note:
@@ -98,12 +102,14 @@ def _one_trace(trace_path, model, preset, overrides, options, view, output_forma
         facts = {"path": str(trace.path), "complete": bool(trace.complete), **trace.health()}
     scope = energy_models.SCOPES[model].label
     if output_format == "json":
-        document = {"model": model, "scope": scope, **report.to_json(), "trace": facts}
-        click.echo(json_text(document, indent=2, default=str))
+        document = {"model": model, "scope": scope, **ordered_json(report.to_json()), "trace": facts}
+        if selection:
+            document["selection"] = selection.as_dict()
+        emit_text(json_text(document, indent=2, default=str), out)
         return
-    frame = report.to_frame()
-    if output_format == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+    frame = ordered_frame(report.to_frame())
+    if output_format in ("csv", "parquet"):
+        emit_frame(frame, output_format, out)
         return
     # views with energies; others (area, unsupported ops) are in --format json/csv
     views = energy_views(frame)
@@ -112,24 +118,27 @@ def _one_trace(trace_path, model, preset, overrides, options, view, output_forma
     elif view not in views:
         raise click.UsageError(f"--by {view}: this model reports energies by {', '.join(views) or 'nothing'}")
     chosen = preset or energy_models.DEFAULT_PRESETS[model]
-    click.echo(f"{model} energy ({scope}) under {safe_line(chosen)}: {format_energy(total_of(frame), unit=units)}"
-               + (f" ({safe_line(', '.join(overrides))})" if overrides else ""))
+    lines = [f"{model} energy ({scope}) under {safe_line(chosen)}: {format_energy(total_of(frame), unit=units)}"
+             + (f" ({safe_line(', '.join(overrides))})" if overrides else "")
+             + (f"; {safe_line(selection.describe())}" if selection else "")]
     if view is not None:
-        click.echo("\n".join(energy_text(frame, view, model, classes, unit=units)))
-    for key, value, unit in _headline_values(frame):
-        click.echo(f"{key}: {value:,.6g} {unit}")
+        lines += energy_text(frame, view, model, classes, unit=units)
+    lines += [f"{key}: {value:,.6g} {unit}" for key, value, unit in _headline_values(frame)]
+    emit_text("\n".join(lines), out)
     for warning in getattr(report, "warnings", []) or []:
         click.echo(f"warning: {safe_line(warning)}", err=True)
 
 
-def _many_traces(traces, model, preset, overrides, options, view, output_format, units, execution):
+def _many_traces(traces, model, preset, overrides, selection, options, view, output, execution):
     """Several traces (or one on a cluster, or --by trace): analyze.many.energy, then the same
     table over the added report rows, or one row per trace."""
     from analyze import many
     from analyze.present import many_traces
 
+    output_format, out, units = output
+    options = {**selected_traces(selection, traces, execution, energy=True), **options}
     with warnings_to_stderr():
-        combined = many.energy(traces, model, preset, overrides=overrides, **options, **execution)
+        combined = many.energy(traces, model, preset, overrides=overrides, **options, **execution, progress=True)
         warn_traces(combined.traces)
         note = recompute_note(sum(f.recomputed_events for f in combined.traces),
                               options["recompute"] or recompute_default(combined.model, options["compat"]))
@@ -137,12 +146,12 @@ def _many_traces(traces, model, preset, overrides, options, view, output_format,
             click.echo(note, err=True)
     scope = energy_models.SCOPES[combined.model].label
     if output_format == "json":
-        click.echo(json_text(many_traces.energy_json_many(combined, scope), indent=2, default=str))
+        emit_text(json_text(many_traces.energy_json_many(combined, scope, selection.as_dict()), indent=2, default=str),
+                  out)
         return
-    frame = combined.frame
-    if output_format == "csv":
-        shown = many_traces.energy_by_trace_frame(combined) if view == "trace" else frame
-        click.echo(shown.to_csv(index=False), nl=False)
+    frame = ordered_frame(combined.frame)
+    if output_format in ("csv", "parquet"):
+        emit_frame(many_traces.energy_by_trace_frame(combined) if view == "trace" else frame, output_format, out)
         return
     views = energy_views(frame)
     if view is None:
@@ -150,49 +159,67 @@ def _many_traces(traces, model, preset, overrides, options, view, output_format,
     elif view not in (*views, "trace"):
         raise click.UsageError(f"--by {view}: this model reports energies by {', '.join([*views, 'trace'])}")
     added = f" ({len(traces)} traces, added up)" if len(traces) > 1 else ""
-    click.echo(f"{combined.model} energy ({scope}) under {safe_line(combined.preset)}: "
-               f"{format_energy(total_of(frame), unit=units)}"
-               + (f" ({safe_line(', '.join(overrides))})" if overrides else "") + added)
+    lines = [f"{combined.model} energy ({scope}) under {safe_line(combined.preset)}: "
+             f"{format_energy(total_of(frame), unit=units)}"
+             + (f" ({safe_line(', '.join(overrides))})" if overrides else "") + added
+             + (f"; {safe_line(selection.describe())}" if selection else "")]
     if view == "trace":
-        click.echo("\n".join(many_traces.energy_by_trace_lines(combined, unit=units)))
+        lines += many_traces.energy_by_trace_lines(combined, unit=units)
     elif view is not None:
         modules = combined.modules()
         classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
-        click.echo("\n".join(energy_text(frame, view, combined.model, classes, unit=units)))
-    for key, value, unit in _headline_values(frame):
-        click.echo(f"{key}: {value:,.6g} {unit}")
+        lines += energy_text(frame, view, combined.model, classes, unit=units)
+    lines += [f"{key}: {value:,.6g} {unit}" for key, value, unit in _headline_values(frame)]
+    emit_text("\n".join(lines), out)
     for warning in combined.warnings:
         click.echo(f"warning: {safe_line(warning)}", err=True)
+
+
+class SweepRange(click.ParamType):
+    """KEY=START:STOP:N: the preset parameter KEY over N evenly spaced values from START to STOP."""
+
+    name = "KEY=START:STOP:N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, sep, spec = str(value).partition("=")
+        parts = spec.split(":")
+        if not sep or not key.strip() or len(parts) != 3:
+            self.fail(f"{value!r}: expected KEY=START:STOP:N, e.g. e_mac_pj=0.1:4.6:50", param, ctx)
+        try:
+            start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+        except ValueError:
+            self.fail(f"{value!r}: START and STOP must be numbers and N a whole number", param, ctx)
+        if n < 1:
+            self.fail(f"{value!r}: N must be at least 1", param, ctx)
+        return key.strip(), [float(v) for v in np.linspace(start, stop, n)]
 
 
 @main.command()
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
+@selection_options
 @model_option()
 @click.option("--preset", "presets", multiple=True, metavar="NAME|FILE", help="A preset to cost (repeatable).")
-@click.option("--base", metavar="NAME|FILE", help="The preset --sweep varies (default: the model's).")
-@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=START:STOP:N",
+@click.option("--base", metavar="NAME|FILE", help="The preset --sweep varies (default: the one --preset names, "
+              "else the model's).")
+@click.option("--sweep", "sweeps", multiple=True, type=SweepRange(),
               help="Sweep a parameter over N evenly spaced values (repeatable: the cartesian product).")
-@click.option("--stage", help="Only this stage.")
-@click.option("--compat", type=click.Choice(["spikingjelly"]))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="results.parquet (or .csv)")
-def recost(trace_path, model, presets, base, sweeps, stage, compat, out):
+@click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="The result table: FILE.parquet, or FILE.csv (one row per preset and breakdown entry).")
+def recost(trace_path, selection, model, presets, base, sweeps, compat, out):
     """Cost TRACE under many presets or a sweep; the trace is mapped once.
 
+    Filters as for energy: --stage, --step, --rank select the work costed, --phase its stages.
+
     Example: spiketrace recost runs/step --preset compute-fp16-45nm --sweep e_mac_pj=0.1:4.6:50 --out sweep.parquet"""
-    sweep = {}
-    for text in sweeps:
-        key, sep, spec = text.partition("=")
-        parts = spec.split(":")
-        if not sep or len(parts) != 3:
-            raise click.UsageError(f"--sweep {text!r}: expected KEY=START:STOP:N")
-        try:
-            sweep[key] = [float(v) for v in np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))]
-        except ValueError:
-            raise click.UsageError(f"--sweep {text!r}: START and STOP must be numbers and N an integer") from None
+    sweep = dict(sweeps)
     with Analysis(trace_path) as analysis:
-        frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, stage=stage, compat=compat,
-                                progress=_progress)
+        selection.check(analysis.trace)
+        frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, compat=compat,
+                                progress=_progress, **selection.energy_options(analysis.trace))
     (frame.to_csv(out, index=False) if out.endswith(".csv") else frame.to_parquet(out, index=False))
     n = frame["preset"].nunique()
     click.echo(f"wrote {len(frame)} rows for {n} preset(s) to {out}")
@@ -205,29 +232,36 @@ def presets():
     Example: spiketrace presets show neuromc-like-v1 --set mac_cost_pj.wg=0.7"""
 
 @presets.command("list")
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
-def list_command(output_format):
+@output_options("table", "json")
+def list_command(output_format, out):
+    """List the shipped presets: name, model, description (json: and source).
+
+    Example: spiketrace presets list --format json"""
     shipped = list_presets()
     if output_format == "json":
-        click.echo(json_text([{"name": p.name, "model": p.model, "description": p.description,
-                               "source": p.source} for p in shipped], indent=2))
+        emit_text(json_text([{"name": p.name, "model": p.model, "description": p.description,
+                              "source": p.source} for p in shipped], indent=2), out)
         return
     frame = pd.DataFrame([(p.name, p.model, p.description) for p in shipped], columns=["name", "model", "description"])
-    click.echo(_table(frame))
+    emit_text(_table(frame), out)
 
 @presets.command("show")
 @click.argument("name", metavar="NAME|FILE")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
-def show(name, overrides, output_format):
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a parameter first, e.g. e_mac_pj=3.1 or 'e_ac_pj=400 fJ' (repeatable).")
+@output_options("table", "json")
+def show(name, overrides, output_format, out):
+    """Show a preset's parameters with their units (json: the keys --set and recost --sweep take).
+
+    Example: spiketrace presets show neuromc-like-v1 --set mac_cost_pj.wg=0.7"""
     preset = load_preset(name, overrides)
     if output_format == "json":
-        click.echo(json_text(preset.to_json(), indent=2))
+        emit_text(json_text(preset.to_json(), indent=2), out)
         return
-    click.echo(f"{safe_line(preset.name)} ({preset.model}): {safe_line(preset.description)}\n"
-               f"source: {safe_line(preset.source)}")
-    for key, value in preset.flat().items():
-        click.echo(safe_line(f"  {key} = {value} {preset.units.get(key, '')}".rstrip()))
+    lines = [f"{safe_line(preset.name)} ({preset.model}): {safe_line(preset.description)}",
+             f"source: {safe_line(preset.source)}"]
+    lines += [safe_line(f"  {key} = {value} {preset.units.get(key, '')}".rstrip()) for key, value in preset.flat().items()]
+    emit_text("\n".join(lines), out)
 
 @presets.command("import-zigzag")
 @click.argument("hardware", type=click.Path())
@@ -236,7 +270,9 @@ def show(name, overrides, output_format):
               help="Put ZigZag memory ZIGZAG in place of NeuroMC instance INSTANCE (default: same names).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The preset TOML to write.")
 def import_zigzag(hardware, base, pairs, out):
-    """Derive a NeuroMC preset whose memories come from a ZigZag hardware YAML."""
+    """Derive a NeuroMC preset whose memories come from a ZigZag hardware YAML.
+
+    Example: spiketrace presets import-zigzag hw.yaml --map sram_1MB=sram --out my-chip.toml"""
     from pathlib import Path
 
     from analyze.energy.neuromc.zigzag import preset_from_zigzag, preset_toml
@@ -255,6 +291,8 @@ def import_zigzag(hardware, base, pairs, out):
 @presets.command("validate")
 @click.argument("path", type=click.Path())
 def validate(path):
-    """Check a preset file: its keys, units and values for its model."""
+    """Check a preset file: its keys, units and values for its model.
+
+    Example: spiketrace presets validate my-chip.toml"""
     preset = read_preset_file(path)
     click.echo(safe_line(f"{path}: ok ({preset.model} preset {preset.name!r}, {len(preset.flat())} parameters)"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from analyze.cli.app import main, model_option, trace_options, warnings_to_stderr
+from analyze.cli.app import main, model_option, selection_options, trace_options, warnings_to_stderr
 from analyze.results import Analysis
 
 KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-heatmap", "compare")
@@ -15,7 +15,8 @@ KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-h
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("kind", type=click.Choice(KINDS))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="file.png, .svg, .pdf or .html")
+@selection_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The figure: FILE.png, .svg, .pdf or .html.")
 @model_option("Energy model (energy, stages, training, compare)")
 @click.option("--preset", metavar="NAME|FILE", help="Preset (energy, stages, training, compare).")
 @click.option("--recost", "recost_path", type=click.Path(exists=True, dir_okay=False),
@@ -25,12 +26,20 @@ KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-h
 @click.option("--other", type=click.Path(), help="compare: the second trace.")
 @click.option("--peak-flops", type=float, help="roofline: peak FLOP/s of the target machine.")
 @click.option("--bandwidth", type=float, help="roofline: memory bandwidth in byte/s.")
-def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other, peak_flops, bandwidth):
+def plot(trace_path, kind, selection, out, model, preset, recost_path, x_key, y_key, other, peak_flops, bandwidth):
     """Draw one figure of TRACE (or of a recost result) into --out.
 
-    Example: spiketrace plot runs/step energy --out energy.png"""
-    from analyze.present import plots
+    With filters, the figure of that part of the trace: energy, stages, training and compare
+    take --stage, --phase, --step, --rank (a model costs whole stages: --module is refused);
+    spikes and roofline take all five. A bar shows the progress on a terminal.
 
+    Example: spiketrace plot runs/step energy --out energy.png; spiketrace plot runs/step spikes --rank 0 --out s.png"""
+    from analyze.present import plots
+    from analyze.present.progress import steps
+
+    if kind in ("sweep", "sweep-heatmap") and selection:
+        raise click.UsageError(f"{kind} draws a recost result: select the work when running `spiketrace recost` "
+                               "(its --stage, --phase, --step, --rank)")
     if kind in ("sweep", "sweep-heatmap"):
         if not recost_path or not x_key or (kind == "sweep-heatmap" and not y_key):
             raise click.UsageError(f"{kind} needs --recost FILE and --x KEY" + (" and --y KEY" if kind != "sweep" else ""))
@@ -41,20 +50,26 @@ def plot(trace_path, kind, out, model, preset, recost_path, x_key, y_key, other,
         figure = plots.sweep_curves(frame, x_key) if kind == "sweep" else plots.sweep_heatmap(frame, x_key, y_key)
         click.echo(f"wrote {plots.save(figure, out)}")
         return
-    with Analysis(trace_path) as analysis, warnings_to_stderr():
+    with steps(2, "plot", enabled=True) as bar, Analysis(trace_path) as analysis, warnings_to_stderr():
+        bar.step(kind)
+        if kind != "compare":
+            selection.check(analysis.trace)
         if kind == "energy":
-            figure = plots.energy_by_layer(analysis, model, preset)
+            figure = plots.energy_by_layer(analysis, model, preset, selection=selection)
         elif kind == "stages":
-            figure = plots.stage_breakdown(analysis, model, preset)
+            figure = plots.stage_breakdown(analysis, model, preset, selection=selection)
         elif kind == "spikes":
-            figure = plots.spike_rate_heatmap(analysis)
+            figure = plots.spike_rate_heatmap(analysis, selection=selection)
         elif kind == "training":
-            figure = plots.training_curve(analysis, model, preset)
+            figure = plots.training_curve(analysis, model, preset, selection=selection)
         elif kind == "roofline":
-            figure = plots.roofline(analysis, peak_flops=peak_flops, bandwidth=bandwidth)
+            figure = plots.roofline(analysis, peak_flops=peak_flops, bandwidth=bandwidth, selection=selection)
         else:
             if not other:
                 raise click.UsageError("compare needs --other TRACE")
             with Analysis(other) as second:
-                figure = plots.compare(analysis, second, model, preset, labels=(trace_path, other))
-    click.echo(f"wrote {plots.save(figure, out)}")
+                selection.check(analysis.trace, second.trace)
+                figure = plots.compare(analysis, second, model, preset, labels=(trace_path, other), selection=selection)
+        bar.step("saving")
+        written = plots.save(figure, out)
+    click.echo(f"wrote {written}")

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from analyze.cli.app import _warn, main, model_option, trace_options, warnings_to_stderr
+from analyze.cli.app import (_warn, emit_frame, emit_text, main, model_option, output_options, selection_options,
+                             trace_options, warnings_to_stderr)
 from analyze.present.diff import ConditionError, diff_traces
 from analyze.present.safe_text import json_text, safe_line
 from analyze.present.units import format_metric
@@ -23,19 +24,23 @@ def _change(relative) -> str:
 @trace_options
 @click.argument("trace_a", metavar="A", type=click.Path())
 @click.argument("trace_b", metavar="B", type=click.Path())
+@selection_options
 @model_option("Energy model")
 @click.option("--preset", metavar="NAME|FILE", help="Preset for the energy (default: the model's).")
 @click.option("--fail-if", "conditions", multiple=True, metavar="COND",
               help="Exit 1 when COND holds, e.g. 'energy.total>+5%' or 'counts.mac>1000' (repeatable).")
-@click.option("--top", type=int, default=15, show_default=True, help="Changed per-module rows shown.")
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
-def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
+@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True, help="Changed per-module rows shown.")
+@output_options("table", "csv", "json", "parquet")
+def diff(trace_a, trace_b, selection, model, preset, conditions, top, output_format, out):
     """What changed from trace A to trace B; exit 1 when a --fail-if holds.
 
-    Compares model, counts, energy and spike rates.
+    Compares model, counts, energy and spike rates; with filters, of the same part of both
+    (--stage, --phase, --step, --rank; --module is refused, as energy is compared). csv and
+    parquet hold every compared number (metric, scope, a, b, delta, relative).
+
     Example: spiketrace diff base/ new/ --fail-if 'energy.total>+5%' --fail-if 'energy.total>2uJ'"""
     with Analysis(trace_a) as a, Analysis(trace_b) as b, warnings_to_stderr():
-        result = diff_traces(a, b, model=model, preset=preset)
+        result = diff_traces(a, b, model=model, preset=preset, selection=selection)
     try:
         failed = result.failures(conditions)
     except ConditionError as problem:
@@ -44,44 +49,57 @@ def diff(trace_a, trace_b, model, preset, conditions, top, output_format):
     if output_format == "json":
         document = result.to_json()
         document["failed_conditions"] = failed
-        click.echo(json_text(document, indent=2))
+        emit_text(json_text(document, indent=2), out)
+    elif output_format in ("csv", "parquet"):
+        emit_frame(result.metrics, output_format, out)
     else:
-        same = "same model" if result.same_model else f"model changed in {len(result.changed_modules())} module(s)"
-        click.echo(f"A: {safe_line(result.a)}\nB: {safe_line(result.b)}\n{same}")
-        for path, (x, y) in list(result.changed_modules().items())[:top]:
-            click.echo(safe_line(f"  {path}: {x or '-'} -> {y or '-'}"))
-        frame = result.metrics
-        totals = frame[frame["scope"] == "Global"]
-        click.echo("\ntotals")
-        for row in totals.itertuples():
-            a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
-            click.echo(f"  {row.metric:<28} {a:>14} -> {b:<14} {_change(row.relative)}")
-        changed = frame[(frame["scope"] != "Global") & (frame["delta"] != 0)].copy()
-        changed["size"] = changed["relative"].map(lambda r: float("inf") if r is None or r != r else abs(r))
-        changed = changed.sort_values("size", ascending=False).head(top)
-        click.echo(f"\nlargest per-module changes ({len(changed)} shown)")
-        for row in changed.itertuples():
-            a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
-            click.echo(f"  {row.metric:<20} {safe_line(row.scope):<32} {a:>14} -> {b:<14} {_change(row.relative)}")
-        for sentence in failed:
-            click.echo(f"FAIL: {safe_line(sentence)}", err=True)
+        emit_text("\n".join(_diff_lines(result, top, selection)), out)
+    for sentence in failed:
+        click.echo(f"FAIL: {safe_line(sentence)}", err=True)
     if failed:
         sys.exit(1)
+
+
+def _diff_lines(result, top: int, selection) -> list[str]:
+    same = "same model" if result.same_model else f"model changed in {len(result.changed_modules())} module(s)"
+    lines = [f"A: {safe_line(result.a)}", f"B: {safe_line(result.b)}", same]
+    if selection:
+        lines.append(f"compared: {safe_line(selection.describe())}")
+    lines += [safe_line(f"  {path}: {x or '-'} -> {y or '-'}") for path, (x, y) in list(result.changed_modules().items())[:top]]
+    frame = result.metrics
+    totals = frame[frame["scope"] == "Global"]
+    lines.append("\ntotals")
+    for row in totals.itertuples():
+        a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
+        lines.append(f"  {row.metric:<28} {a:>14} -> {b:<14} {_change(row.relative)}")
+    changed = frame[(frame["scope"] != "Global") & (frame["delta"] != 0)].copy()
+    changed["size"] = changed["relative"].map(lambda r: float("inf") if r is None or r != r else abs(r))
+    # largest change first; equal changes by metric and scope, so the rows shown never vary
+    changed = changed.sort_values(["size", "metric", "scope"], ascending=[False, True, True], kind="stable").head(top)
+    lines.append(f"\nlargest per-module changes ({len(changed)} shown)")
+    for row in changed.itertuples():
+        a, b = format_metric(row.metric, row.a), format_metric(row.metric, row.b)
+        lines.append(f"  {row.metric:<20} {safe_line(row.scope):<32} {a:>14} -> {b:<14} {_change(row.relative)}")
+    return lines
 
 
 @main.command()
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="report.html")
+@selection_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The page to write, e.g. report.html.")
 @model_option("Energy model")
-@click.option("--preset", metavar="NAME|FILE")
-def report(trace_path, out, model, preset):
+@click.option("--preset", metavar="NAME|FILE", help="Preset for the energy (default: the model's).")
+def report(trace_path, selection, out, model, preset):
     """One self-contained HTML page: summary, caveats, breakdowns, plots.
 
-    Example: spiketrace report runs/step --out report.html"""
+    With filters, a page of that part of the trace (--stage, --phase, --step, --rank; --module
+    is refused, as the page is about energy). A bar shows the progress on a terminal.
+
+    Example: spiketrace report runs/step --out report.html; spiketrace report runs/step --phase backward --out bwd.html"""
     from analyze.present.report import write_report
 
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         _warn(analysis.trace)  # the page opens with it too, as a banner
-        path = write_report(analysis, out, model=model, preset=preset)
+        path = write_report(analysis, out, model=model, preset=preset, selection=selection, progress=True)
     click.echo(f"wrote {path}")

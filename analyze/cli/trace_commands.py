@@ -3,8 +3,16 @@
 `info --format json` prints one object: {"trace": Trace.summary() (with Trace.health():
 degraded, compiled, compiled_seen, tracker_underflows), "ops": [{"op", "count"}], "stages":
 [rows of the stages view], "modules": [...], "collectives": [per kind: calls, input_bytes,
-output_bytes, bus_bytes]}. `sql` and `collectives --format json` print a list of row objects.
-JSON output never holds NaN or Infinity (analyze/present/safe_text.py: exit 2).
+output_bytes, bus_bytes], "selection": {the filters given; only when some were}}. `sql` and
+`collectives --format json` print a list of row objects; `validate --format json` one object:
+{"ok", "path", "ranks", "complete", "counts": {table: rows}, "problems": [str], "degraded": str
+or null, "strict": str or null (why --strict failed)}. JSON output never holds NaN or Infinity
+(analyze/present/safe_text.py: exit 2).
+
+info, sql and collectives take the filters (--stage --phase --step --rank --module): their
+queries run over views that show only the selected rows (analyze/trace/views.py,
+selected_views); `sql`'s `counts` and `energy` tables are computed for the selection.
+`validate` takes none: it checks the whole trace.
 
 What the capture said about itself (analyze/present/health.py) goes to stderr before the
 numbers: a DEGRADED capture, torch.compile seen, SpikingJelly tracker underflows. `validate`
@@ -32,7 +40,8 @@ import click
 import pandas as pd
 
 from analyze.cli.app import (
-    CommandUnavailable, _fail, _table, _warn, main, model_option, trace_options, warnings_to_stderr,
+    CommandUnavailable, _fail, _table, _warn, emit_frame, emit_text, main, model_option, output_options,
+    selection_options, trace_options, warnings_to_stderr,
 )
 from analyze.present.health import degraded_summary, health_facts, health_lines
 from analyze.present.safe_text import json_text, safe_line
@@ -64,8 +73,13 @@ FROM collective_traffic GROUP BY kind ORDER BY kind
 """
 
 
-def print_info(trace: Trace, output_format: str) -> None:
+def print_info(trace: Trace, output_format: str, selection=None, out: str | None = None) -> None:
+    """The summary of `trace` (of its selected rows, when views are restricted to `selection`)."""
     summary = trace.summary()
+    if selection:  # the manifests count every row; the views hold the selection's
+        counted = trace.con.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM modules)").fetchall()[0]
+        summary["counts"] |= {"events": counted[0], "modules": counted[1]}
+    chosen = selection.as_dict() if selection else {}
     collectives = _rows(trace, COLLECTIVE_TOTALS_QUERY)
     if output_format == "json":
         document = {
@@ -74,8 +88,9 @@ def print_info(trace: Trace, output_format: str) -> None:
             "stages": _rows(trace, STAGES_QUERY),
             "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
             "collectives": collectives,
+            **({"selection": chosen} if chosen else {}),
         }
-        click.echo(json_text(document, indent=1, default=str))
+        emit_text(json_text(document, indent=1, default=str), out)
         return
     for line in health_lines(summary):  # stderr: stdout stays the summary
         click.echo(safe_line(line), err=True)
@@ -90,41 +105,39 @@ def print_info(trace: Trace, output_format: str) -> None:
         "metadata": json.dumps(summary["metadata"], default=str),
         **health_facts(summary),
     }
-    click.echo(_fields(facts))
-    for warning in summary["warnings"]:
-        click.echo(f"warning: {safe_line(warning)}")
-    click.echo("\ncounts:")
-    click.echo(_fields(summary["counts"]))
+    if selection:
+        facts["selection"] = selection.describe()
+    lines = [_fields(facts)]
+    lines += [f"warning: {safe_line(warning)}" for warning in summary["warnings"]]
+    lines += ["\ncounts:" + (" (of the selection)" if selection else ""), _fields(summary["counts"])]
     if collectives:
-        click.echo("\ncollectives (all ranks; bytes; bus: per-link traffic of a ring algorithm):")
-        click.echo(_table(pd.DataFrame(collectives)))
-    click.echo("\nops:")
-    click.echo(_table(trace.op_counts()))
-    click.echo("\nstages:")
-    click.echo(_table(trace.stages()))
-    click.echo("\nops per module scope (SpikingJelly attribution) and output spike rate:")
-    click.echo(_table(module_breakdown(trace)))
+        lines += ["\ncollectives (all ranks; bytes; bus: per-link traffic of a ring algorithm):",
+                  _table(pd.DataFrame(collectives))]
+    lines += ["\nops:", _table(trace.op_counts()), "\nstages:", _table(trace.stages()),
+              "\nops per module scope (SpikingJelly attribution) and output spike rate:", _table(module_breakdown(trace))]
+    emit_text("\n".join(lines), out)
 
 
 @main.command()
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table")
-def info(trace_path: str, output_format: str) -> None:
+@selection_options
+@output_options("table", "json")
+def info(trace_path: str, selection, output_format: str, out: str | None) -> None:
     """Summarise TRACE: manifest facts, ops, stages and modules.
 
-    Example: spiketrace info runs/step --format json"""
+    With filters, the counts, ops, stages and modules of the selected rows only.
+
+    Example: spiketrace info runs/step --format json; spiketrace info runs/step --phase backward --rank 0"""
     with open_trace(trace_path) as trace:
-        print_info(trace, output_format)
+        selection.check(trace)
+        with selection.views(trace):
+            print_info(trace, output_format, selection, out)
 
 
-def _shell(trace_path: str, max_temp_size: str = "2GB") -> None:
-    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL),
-    its spilling capped at `max_temp_size`."""
-    import os
-    import shutil
-    import tempfile
-
+def _shell(trace_path: str, max_temp_size: str = "2GB", selection=None) -> None:
+    """Open the duckdb CLI with every view of the trace defined (an init script of their SQL;
+    with a selection, the views of its rows), its spilling capped at `max_temp_size`."""
     binary = shutil.which("duckdb")
     if binary is None:
         raise CommandUnavailable(
@@ -132,18 +145,35 @@ def _shell(trace_path: str, max_temp_size: str = "2GB") -> None:
             "e.g. `curl https://install.duckdb.org | sh`), or pass a QUERY"
         )
     with open_trace(trace_path) as trace:
-        schemas = trace.con.execute(
-            "SELECT DISTINCT schema_name FROM duckdb_tables() WHERE NOT internal AND schema_name <> 'main'").fetchall()
-        tables = [(f"CREATE SCHEMA IF NOT EXISTS {name}",) for (name,) in schemas]
-        tables += trace.con.execute("SELECT sql FROM duckdb_tables() WHERE NOT internal").fetchall()
-        views = trace.con.execute(
-            "SELECT sql FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' ORDER BY view_oid").fetchall()
+        if selection:
+            selection.check(trace)
+        with selection.views(trace) if selection else contextlib.nullcontext():
+            statements = _definitions(trace)
     with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="spiketrace-", delete=False) as script:
-        for (statement,) in tables + views:
+        for statement in statements:
             script.write(statement.rstrip().rstrip(";") + ";\n")
         script.write(f"SET max_temp_directory_size = '{max_temp_size}';\n")
         script.write(".print 'spiketrace: views of the trace are defined; try  SELECT * FROM module_ops LIMIT 10;'\n")
     os.execv(binary, [binary, "-init", script.name])
+
+
+def _definitions(trace: Trace) -> list[str]:
+    """The SQL that defines the trace's schemas, tables and views in another DuckDB, in an
+    order it can run: the shell binds a view when it is created, so the whole tables' views
+    (of a selection) first, then the table views (events first: the others' selections read
+    it), then the views over them."""
+    from analyze.trace.views import TABLES, UNSELECTED_SCHEMA, view_name
+
+    schemas = trace.con.execute("SELECT DISTINCT schema_name FROM duckdb_tables() WHERE NOT internal "
+                                "AND schema_name <> 'main' UNION SELECT DISTINCT schema_name FROM duckdb_views() "
+                                "WHERE NOT internal AND schema_name <> 'main' ORDER BY 1").fetchall()
+    statements = [f"CREATE SCHEMA IF NOT EXISTS {name}" for (name,) in schemas]
+    statements += [sql for (sql,) in trace.con.execute("SELECT sql FROM duckdb_tables() WHERE NOT internal").fetchall()]
+    table_views = {view_name(table) for table in TABLES}
+    rows = trace.con.execute("SELECT schema_name, view_name, sql, view_oid FROM duckdb_views() WHERE NOT internal "
+                             f"AND schema_name IN ('main', '{UNSELECTED_SCHEMA}')").fetchall()
+    rows.sort(key=lambda row: (row[0] != UNSELECTED_SCHEMA, row[1] not in table_views, row[1] != "events", row[3]))
+    return statements + [sql for _, _, sql, _ in rows]
 
 
 @main.command()
@@ -193,34 +223,44 @@ def _scratch():
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.argument("query", required=False)
-@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
+@selection_options
+@output_options("table", "csv", "json", "parquet")
 @model_option("Energy model of the `energy` table")
 @click.option("--preset", metavar="NAME|FILE", help="Preset of the `energy` table (default: the model's).")
 @click.option("--max-temp-size", default="2GB", show_default=True, callback=_size, metavar="SIZE",
               help="Most disk a query may spill to (DuckDB max_temp_directory_size), e.g. 500MB.")
-def sql(trace_path: str, query: str | None, output_format: str, model: str, preset: str | None,
-        max_temp_size: str) -> None:
+def sql(trace_path: str, query: str | None, selection, output_format: str, out: str | None, model: str,
+        preset: str | None, max_temp_size: str) -> None:
     """Run a DuckDB query over TRACE's views (no query: open the shell).
 
-    Example: spiketrace sql runs/step "SELECT op, count(*) FROM events GROUP BY op" --format csv"""
+    With filters, every view shows the selected rows only (events, stages, module_ops, ...),
+    and the `counts` and `energy` tables are those of the selection.
+
+    Example: spiketrace sql runs/step "SELECT op, count(*) FROM events GROUP BY op" --format csv --phase backward"""
     if query is None:
-        _shell(trace_path, max_temp_size)
+        _shell(trace_path, max_temp_size, selection)
         return
     with _scratch() as folder, open_trace(trace_path) as trace:
         trace.con.execute(f"SET temp_directory = '{folder.replace(chr(39), chr(39) * 2)}'")
         trace.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
         from analyze.present.sql_tables import ensure_for_query
 
+        selection.check(trace)
         with warnings_to_stderr():  # `counts`, `energy` and its views, computed when named
-            ensure_for_query(trace, query, model=model, preset=preset)
+            ensure_for_query(trace, query, model=model, preset=preset, selection=selection)
         _warn(trace)
-        if output_format == "json":
-            click.echo(json_text(trace.arrow(query).to_pylist(), indent=1, default=str,
-                                 hint="use --format csv, or isnan() in the query"))
-        elif output_format == "csv":
-            click.echo(trace.sql(query).to_csv(index=False), nl=False)
-        else:
-            click.echo(_table(trace.sql(query)))
+        with selection.views(trace):
+            if output_format in ("json", "parquet"):  # from Arrow: lists stay lists, NULLs null
+                table = trace.arrow(query)
+                if output_format == "parquet":
+                    import pyarrow.parquet as pq
+
+                    pq.write_table(table, out)
+                else:
+                    emit_text(json_text(table.to_pylist(), indent=1, default=str,
+                                        hint="use --format csv, or isnan() in the query"), out)
+            else:
+                emit_frame(trace.sql(query), output_format, out)
 
 
 @main.command()
@@ -228,48 +268,58 @@ def sql(trace_path: str, query: str | None, output_format: str, model: str, pres
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--strict", is_flag=True, help="Also exit 1 when the capture was degraded (it failed internally "
               "and the trace misses that work) or did not finish (incomplete).")
-def validate(trace_path: str, strict: bool) -> None:
+@output_options("table", "json")
+def validate(trace_path: str, strict: bool, output_format: str, out: str | None) -> None:
     """Check TRACE deeply (counts, unique ids, references); exit 1 on problems.
 
     A degraded capture (its own failures, listed on stderr) is readable and consistent: it
-    passes, as "OK (degraded: ...)", unless --strict.
+    passes, as "OK (degraded: ...)", unless --strict. validate takes no --stage/--phase/--step/
+    --rank/--module: a trace's integrity is that of all its rows.
 
     Example: spiketrace validate runs/step --strict"""
     with open_trace(trace_path) as trace:
         _warn(trace)
         problems = trace.validate()
-        for problem in problems:
-            click.echo(safe_line(problem))
-        if problems:
-            sys.exit(1)
-        counts = ", ".join(f"{trace.count(table)} {table}" for table in trace.parts)
+        counts = {table: trace.count(table) for table in trace.parts}
         degraded = degraded_summary(trace.health())
-        click.echo(f"{f'OK (degraded: {degraded})' if degraded else 'OK'}: {safe_line(trace.path)} "
-                   f"(ranks {trace.ranks}; {counts})")
-        if strict and (degraded or not trace.complete):
-            _fail(f"strict: {'the capture was degraded' if degraded else 'the capture did not finish'}", 1)
+        failed = None if problems else ("the capture was degraded" if degraded else
+                                        "the capture did not finish" if not trace.complete else None)
+        failed = failed if strict else None
+        if output_format == "json":
+            emit_text(json_text({"ok": not problems, "path": str(trace.path), "ranks": trace.ranks,
+                                 "complete": bool(trace.complete), "counts": counts, "problems": problems,
+                                 "degraded": degraded, "strict": failed}, indent=1), out)
+        elif problems:
+            emit_text("\n".join(safe_line(problem) for problem in problems), out)
+        else:
+            listed = ", ".join(f"{n} {table}" for table, n in counts.items())
+            emit_text(f"{f'OK (degraded: {degraded})' if degraded else 'OK'}: {safe_line(trace.path)} "
+                      f"(ranks {trace.ranks}; {listed})", out)
+    if problems:
+        sys.exit(1)
+    if failed:
+        _fail(f"strict: {failed}", 1)
 
 
 @main.command()
 @trace_options
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
-@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table")
-def collectives(trace_path: str, output_format: str) -> None:
+@selection_options
+@output_options("table", "csv", "json", "parquet")
+def collectives(trace_path: str, selection, output_format: str, out: str | None) -> None:
     """Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind.
 
     The rows of the collective_traffic view (spiketrace views); a single-process trace has none.
+    With filters, the collectives of the selected events.
 
-    Example: spiketrace collectives runs/ddp --format csv"""
+    Example: spiketrace collectives runs/ddp --format csv --phase backward"""
     with open_trace(trace_path) as trace:
         _warn(trace)
-        frame = trace.sql(COLLECTIVES_QUERY)
-    if output_format == "json":
-        click.echo(json_text(frame.to_dict("records"), indent=1, default=str))
-    elif output_format == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
-    elif frame.empty:
-        click.echo("(no collectives: the trace ran no torch.distributed communication)")
+        selection.check(trace)
+        with selection.views(trace):
+            frame = trace.sql(COLLECTIVES_QUERY)
+    if output_format == "table" and frame.empty:
+        emit_text("(no collectives: the trace ran no torch.distributed communication"
+                  + (" in the selection)" if selection else ")"), out)
     else:
-        click.echo(_table(frame))
-
-
+        emit_frame(frame, output_format, out)

@@ -33,11 +33,12 @@ __all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SIZE_ROWS", "CombinedCounts", "Co
 
 
 def count(traces, counters=None, *, engine: str = "in-process", client=None, scheduler: str | None = None,
-          workers: int | None = None, run: str | None = None, verify: bool | None = None, **options) -> CombinedCounts:
+          workers: int | None = None, run: str | None = None, verify: bool | None = None, progress: bool = False,
+          **options) -> CombinedCounts:
     """analyze.counters.count(trace, counters, **options) over every trace `traces` names, added
     up (`.total`) and per trace (`.by_trace`). `run`, `verify`: how each trace is opened
     (open_trace's; None: its default). `engine`, `client`, `scheduler`, `workers`: see the
-    module docstring."""
+    module docstring. `progress`: a bar over the traces on a terminal (in-process engine)."""
     labels = find_traces(traces)
     names = None if counters is None else (counters,) if isinstance(counters, str) else tuple(counters)
     unknown = [n for n in names or () if n not in ALL_COUNTERS]
@@ -45,22 +46,22 @@ def count(traces, counters=None, *, engine: str = "in-process", client=None, sch
         raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(ALL_COUNTERS)}")
     work = CountWork(names, options, {"run": run, "verify": verify})
     with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
-        results = runner.run(work, labels)
+        results = runner.run(work, labels, progress=progress)
     by_trace = {label: result for label, (_, result) in zip(labels, results)}
     return CombinedCounts(add_counter_results(list(by_trace.values())), by_trace, [facts for facts, _ in results])
 
 
 def energy(traces, model: str | None = None, preset=None, *, overrides=(), engine: str = "in-process", client=None,
            scheduler: str | None = None, workers: int | None = None, run: str | None = None,
-           verify: bool | None = None, **options) -> CombinedEnergy:
+           verify: bool | None = None, progress: bool = False, **options) -> CombinedEnergy:
     """analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
     `traces` names, as report rows: added up (`.frame`) and per trace (`.by_trace`). Model None:
     the preset's, else the traces' default (which they must agree on). Work outside the model's
-    scope raises a ModelScopeWarning per trace, as energy() does."""
+    scope raises a ModelScopeWarning per trace, as energy() does. `progress`: as count's."""
     labels = find_traces(traces)
     work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify})
     with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
-        results = runner.run(work, labels)
+        results = runner.run(work, labels, progress=progress)
     facts = [fact for fact, _ in results]
     for fact in facts:
         for message in fact.scope_warnings:

@@ -30,8 +30,11 @@ class EngineUnavailable(RuntimeError):
 class InProcessEngine:
     """Each trace opened and evaluated whole, here, one after another."""
 
-    def run(self, work, labels: list[str]) -> list[tuple]:
-        results = [evaluate(work, label) for label in labels]
+    def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
+        from analyze.present.progress import each
+
+        shown = each(labels, "traces", "trace", enabled=progress and len(labels) > 1)
+        results = [evaluate(work, label) for label in shown]
         work.agreed([facts for facts, _ in results])
         return results
 
@@ -42,7 +45,8 @@ class DaskEngine:
     def __init__(self, client) -> None:
         self.client = client
 
-    def run(self, work, labels: list[str]) -> list[tuple]:
+    def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
+        """(`progress` is the in-process engine's; Dask's dashboard shows a cluster's tasks.)"""
         client = self.client
         if not work.splits_by_rank():
             results = client.gather(client.map(_on_worker, [evaluate] * len(labels), [work] * len(labels), labels,

@@ -26,7 +26,9 @@ Nothing here counts: the numbers come from analyze.counters; this module only ar
       },
       "trace": {"path": str, "schema_version": str, "complete": bool, "ranks": [int], "events": int,
                 "degraded": {rank: [...]}, "compiled": bool, "compiled_seen": [str],
-                "tracker_underflows": [...]}                # Trace.health(), what the capture said
+                "tracker_underflows": [...]},               # Trace.health(), what the capture said
+      "selection": {"stage": str, "phase": str, "step": int, "rank": int, "module": str}
+                                                     # the filters given (only when some were)
     }
 
 - One entry per requested counter, in the order asked. Scopes are SpikingJelly tracker names
@@ -51,6 +53,13 @@ from analyze.present.units import human, human_bytes
 from analyze.present.safe_text import safe, safe_line
 
 VIEWS = ("scope", "op", "stage", "module-type")
+# What each counter's values count: tables show bytes as bytes (B, KB, ...), the rest in K/M/G.
+COUNTER_UNITS = {
+    "flop": "FLOPs", "mac": "MACs", "ac": "ACs", "synop": "synaptic operations", "memory_access": "bytes",
+    "neuromorphic_memory_access": "bytes",
+    "neuron_state": "bytes and element operations added, as SpikingJelly's get_counts() adds them",
+}
+BYTE_COUNTERS = frozenset(name for name, unit in COUNTER_UNITS.items() if unit == "bytes")
 # Stages the capture scenarios record, in the order a training step runs them.
 STAGE_ORDER = ("forward", "loss", "backward", "optimizer")
 OUTSIDE_LEAVES = "(outside leaf modules)"
@@ -119,11 +128,15 @@ def module_classes(trace) -> pd.DataFrame:
     """)
 
 
-def counts_json(result: CounterResult, trace, *, counters=None) -> dict:
+def counts_json(result: CounterResult, trace, *, counters=None, selection=None) -> dict:
     """The documented JSON document (see the module docstring) of `result`.
 
-    `counters`: the names asked for, so that a counter with nothing selected still appears."""
-    return {"counters": counters_json(result, counters), "trace": trace_json(trace)}
+    `counters`: the names asked for, so that a counter with nothing selected still appears;
+    `selection`: the filters the result was counted with ({name: value}), when any."""
+    document = {"counters": counters_json(result, counters), "trace": trace_json(trace)}
+    if selection:
+        document["selection"] = dict(selection)
+    return document
 
 
 def trace_json(trace) -> dict:
@@ -158,7 +171,8 @@ def counters_json(result: CounterResult, counters=None) -> dict:
             "not_applicable": result.not_applicable_of(name),
         }
         for family in sorted(set(result.details.loc[result.details["counter"] == name, "family"])):
-            document[name][family] = result.details_of(name, family)
+            per_scope = result.details_of(name, family)  # scopes in a fixed order, whatever the engine's
+            document[name][family] = {scope: per_scope[scope] for scope in sorted(per_scope, key=_scope_key)}
     return document
 
 
@@ -196,8 +210,23 @@ def _grid(header: list[str], rows: list[list[str]], indent: str = "") -> list[st
     return lines
 
 
+def value_text(counter: str, value) -> str:
+    """A counter's value with its unit: bytes as 94.08KB, operations as 1.23K."""
+    return (human_bytes if counter in BYTE_COUNTERS else human)(int(value))
+
+
+def units_line(names: list[str]) -> str:
+    """'units: flop FLOPs; memory_access bytes; ...' for the counters shown."""
+    return "units: " + "; ".join(f"{n} {COUNTER_UNITS.get(n, 'as its rules count')}" for n in names)
+
+
 def _natural(text: str):
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
+
+
+def _scope_key(scope: str) -> tuple:
+    """Global first, then scopes by name (block.2 before block.10)."""
+    return (scope != "Global", _natural(str(scope)))
 
 
 def scope_depth(scope: str) -> int:
@@ -241,10 +270,11 @@ def _by_scope(result: CounterResult, names: list[str], depth: int | None, module
         if depth is not None and level > depth:
             continue
         label = "  " * level + scope.split(".")[-1] + (f" ({classes[scope]})" if scope in classes else "")
-        rows.append([label] + [human(table.at[scope, n]) if n in table.columns else "0" for n in names])
+        rows.append([label] + [value_text(n, table.at[scope, n]) if n in table.columns else "0" for n in names])
     if not rows:
         return ["(no counts)"]
-    return _grid(["scope", *names], rows) + ["", "a scope's value includes its sub-modules'; Global holds everything"]
+    return _grid(["scope", *names], rows) + ["", "a scope's value includes its sub-modules'; Global holds everything",
+                                             units_line(names)]
 
 
 def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
@@ -256,13 +286,13 @@ def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
         total = int(rows["value"].sum())
         share = (lambda v: percent(v / total)) if total else (lambda v: "-")
         shown, rest = rows.head(max(top, 0)), rows.iloc[max(top, 0):]
-        table = [[op, human(v), share(v)] for op, v in zip(shown["op"], shown["value"])]
+        table = [[op, value_text(name, v), share(v)] for op, v in zip(shown["op"], shown["value"])]
         if len(rest):
             others = int(rest["value"].sum())
-            table.append([f"others ({len(rest)} ops)", human(others), share(others)])
-        table.append(["total", human(total), share(total) if total else "-"])
+            table.append([f"others ({len(rest)} ops)", value_text(name, others), share(others)])
+        table.append(["total", value_text(name, total), share(total) if total else "-"])
         lines += ([""] if lines else []) + [f"{name} (scope Global)"] + _grid(["op", "value", "share"], table, "  ")
-    return lines or ["(no counts)"]
+    return lines + ["", units_line(names)] if lines else ["(no counts)"]
 
 
 def _stage_key(stage) -> tuple:
@@ -279,10 +309,10 @@ def _by_stage(result: CounterResult, names: list[str]) -> list[str]:
     table = globals_.pivot_table(index="stage", columns="counter", values="value", aggfunc="sum", fill_value=0)
     rows = []
     for stage in sorted(table.index, key=_stage_key):
-        rows.append([str(stage)] + [human(table.at[stage, n]) if n in table.columns else "0" for n in names])
+        rows.append([str(stage)] + [value_text(n, table.at[stage, n]) if n in table.columns else "0" for n in names])
     totals = result.totals()
-    rows.append(["total"] + [human(totals.get(n, 0)) for n in names])
-    return _grid(["stage", *names], rows)
+    rows.append(["total"] + [value_text(n, totals.get(n, 0)) for n in names])
+    return _grid(["stage", *names], rows) + ["", units_line(names)]
 
 
 def _by_module_type(result: CounterResult, names: list[str], modules: pd.DataFrame | None) -> list[str]:
@@ -297,15 +327,16 @@ def _by_module_type(result: CounterResult, names: list[str], modules: pd.DataFra
     grand = result.totals()
     first = names[0] if names else None
     order = sorted(table.index, key=lambda c: (-int(table.at[c, first]) if first in table.columns else 0, c))
-    rows = [[c] + [human(table.at[c, n]) if n in table.columns else "0" for n in names] for c in order]
+    rows = [[c] + [value_text(n, table.at[c, n]) if n in table.columns else "0" for n in names] for c in order]
     outside = [grand.get(n, 0) - (int(table[n].sum()) if n in table.columns else 0) for n in names]
-    rows.append([OUTSIDE_LEAVES] + [human(v) for v in outside])
-    rows.append(["total"] + [human(grand.get(n, 0)) for n in names])
+    rows.append([OUTSIDE_LEAVES] + [value_text(n, v) for n, v in zip(names, outside)])
+    rows.append(["total"] + [value_text(n, grand.get(n, 0)) for n in names])
     return _grid(["module type", *names], rows) + [
         "",
         "summed over leaf modules only (a parent's value already includes its children's, so adding",
         f"containers would count twice); {OUTSIDE_LEAVES} is what ran in containers' own code or",
         "outside any module (loss, optimizer)",
+        units_line(names),
     ]
 
 

@@ -4,6 +4,10 @@
 number (metric, scope, a, b, delta, relative), and `failures(conditions)` evaluates
 `--fail-if` conditions such as `energy.total>+5%` (relative change of B against A),
 `counts.mac>1000` (absolute change) or `spike_rate.Net.sn1<-10%`.
+
+`selection` (analyze.present.selection: --stage --phase --step --rank; --module is refused,
+as energy is compared) compares the same part of both traces: counts and energy of the
+selection, spike rates and events of its rows.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analyze.present.selection import selection_of
 from analyze.present.units import format_metric, metric_unit, quantity_in
 from analyze.results import Analysis
 CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)"
@@ -48,6 +53,7 @@ class TraceDiff:
     model_a: dict
     model_b: dict
     metrics: pd.DataFrame  # metric, scope, a, b, delta, relative
+    selection: dict = field(default_factory=dict)  # the filters both sides were compared under
 
     @property
     def same_model(self) -> bool:
@@ -99,6 +105,7 @@ class TraceDiff:
     def to_json(self) -> dict:
         return {
             "a": self.a, "b": self.b,
+            **({"selection": dict(self.selection)} if self.selection else {}),
             "model": {"same": self.same_model, "a": self.model_a["digest"], "b": self.model_b["digest"],
                       "changed_modules": {p: {"a": x, "b": y} for p, (x, y) in self.changed_modules().items()}},
             "metrics": [
@@ -108,14 +115,14 @@ class TraceDiff:
         }
 
 
-def _counts(analysis: Analysis) -> pd.DataFrame:
-    frame = analysis.counts().frame  # the five op counters
+def _counts(analysis: Analysis, **options) -> pd.DataFrame:
+    frame = analysis.counts(**options).frame  # the five op counters
     summed = frame.groupby(["counter", "scope"], as_index=False)["value"].sum()
     return summed.assign(metric="counts." + summed["counter"])[["metric", "scope", "value"]]
 
 
-def _energies(analysis: Analysis, model: str, preset) -> pd.DataFrame:
-    report = analysis.energy(model, preset)
+def _energies(analysis: Analysis, model: str, preset, **options) -> pd.DataFrame:
+    report = analysis.energy(model, preset, **options)
     total = getattr(report, "energy_total_pj", None)
     if total is None:
         total = report.total_pj
@@ -131,21 +138,30 @@ def _spike_rates(trace) -> pd.DataFrame:
 
 
 def _summary(trace) -> pd.DataFrame:
-    return pd.DataFrame([("events", "Global", trace.count("events"))], columns=["metric", "scope", "value"])
+    """The events of the trace's views (of the selection, when they are restricted)."""
+    events = trace.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+    return pd.DataFrame([("events", "Global", events)], columns=["metric", "scope", "value"])
 
 
-def diff_traces(results_a, results_b, *, model: str | None = None, preset=None) -> TraceDiff:
+def diff_traces(results_a, results_b, *, model: str | None = None, preset=None, selection=None) -> TraceDiff:
     """Compare two traces (Analyses, Traces or paths): each side's results come from its
-    Analysis, so a diff after a report of the same Analysis maps nothing again."""
+    Analysis, so a diff after a report of the same Analysis maps nothing again. `selection`
+    (a Selection or a mapping of filters): the part of both traces compared."""
     analyses = [Analysis.of(r) for r in (results_a, results_b)]
+    selection = selection_of(selection)
+    if selection:
+        selection.check(*(a.trace for a in analyses))
     if model is None:  # each trace's default; a training model for both when they differ
         defaults = {a.model() for a in analyses}
         model = defaults.pop() if len(defaults) == 1 else "neuromc"
     sides = []
     for analysis in analyses:
         trace = analysis.trace
-        sides.append(pd.concat([_summary(trace), _counts(analysis), _energies(analysis, model, preset),
-                                _spike_rates(trace)], ignore_index=True))
+        energy = _energies(analysis, model, preset, **selection.energy_options(trace))
+        with selection.views(trace):
+            rows = [_summary(trace), _spike_rates(trace)]
+        sides.append(pd.concat([rows[0], _counts(analysis, **selection.counts_options()), energy, rows[1]],
+                               ignore_index=True))
     merged = sides[0].merge(sides[1], on=["metric", "scope"], how="outer", suffixes=("_a", "_b"))
     merged = merged.rename(columns={"value_a": "a", "value_b": "b"})
     merged[["a", "b"]] = merged[["a", "b"]].astype(float).fillna(0.0)
@@ -154,4 +170,5 @@ def diff_traces(results_a, results_b, *, model: str | None = None, preset=None) 
     merged = merged.sort_values(["metric", "scope"], key=lambda c: c.map(lambda v: (v != "Global", v)) if c.name == "scope" else c,
                                 ignore_index=True)
     trace_a, trace_b = (a.trace for a in analyses)
-    return TraceDiff(str(trace_a.path), str(trace_b.path), model_signature(trace_a), model_signature(trace_b), merged)
+    return TraceDiff(str(trace_a.path), str(trace_b.path), model_signature(trace_a), model_signature(trace_b), merged,
+                     selection.as_dict())

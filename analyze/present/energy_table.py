@@ -10,11 +10,53 @@ from __future__ import annotations
 
 import pandas as pd
 
+import re
+
 from analyze.energy.scopes import COMPONENT_PARENTS
+from analyze.present.counts import STAGE_ORDER
 from analyze.present.safe_text import safe_line
 from analyze.present.units import format_energy
 
 TOTAL_KEYS = ("energy_total_pj", "total_pj")
+
+
+def _natural(text) -> list:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(text)) if part]
+
+
+def _stage_key(stage) -> tuple:
+    return (0, STAGE_ORDER.index(stage), []) if stage in STAGE_ORDER else (1, 0, _natural(stage))
+
+
+# The breakdowns whose keys come from the trace (its stages, steps, ranks, modules), each in one
+# fixed order whatever order a model or the query engine produced them in; the others (components,
+# counts, memory levels, ...) keep the order the model's code gives them.
+KEY_ORDERS = {"stage": _stage_key, "step": _natural, "rank": _natural, "module": _natural}
+
+
+def ordered_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A report frame (breakdown, key, pj, ...) in a fixed order: the breakdowns as the model
+    lists them, the keys of KEY_ORDERS' breakdowns sorted so, the others as the model gives them."""
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    first = {b: i for i, b in enumerate(dict.fromkeys(frame["breakdown"]))}
+    keys = []
+    for position, (breakdown, key) in enumerate(zip(frame["breakdown"], frame["key"])):
+        order = KEY_ORDERS.get(breakdown)
+        keys.append((first[breakdown], order(key) if order else [], position))
+    return frame.iloc[sorted(range(len(frame)), key=keys.__getitem__)].reset_index(drop=True)
+
+
+def ordered_json(document: dict) -> dict:
+    """A report's JSON (`Report.to_json()`) with its energy_by_stage, _step, _rank and _module
+    objects in the order of KEY_ORDERS (JSON objects are unordered; scripts diffing the text are not)."""
+    ordered = dict(document)
+    for name, order in KEY_ORDERS.items():
+        for field in (f"energy_by_{name}", f"energy_by_{name}_component"):
+            value = ordered.get(field)
+            if isinstance(value, dict):
+                ordered[field] = {k: value[k] for k in sorted(value, key=order)}
+    return ordered
 
 
 def total_of(frame: pd.DataFrame) -> float:

@@ -19,7 +19,8 @@ Of one trace (the dask engine, or `--by trace`) it is the document of one trace.
       "rows": [{"breakdown": str, "key": str, "pj": float, "count": int, ...}],  # report rows added; a
                                                                                  # missing value left out
       "warnings": [str],
-      "traces": [{<the trace's facts as in counts>, "label": str, "energy_total_pj": float}]
+      "traces": [{<the trace's facts as in counts>, "label": str, "energy_total_pj": float}],
+      "selection": {...}                 # the filters given (--stage ...), only when some were
     }
 """
 
@@ -29,10 +30,10 @@ import math
 
 import pandas as pd
 
-from analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame
-from analyze.present.energy_table import total_of
+from analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame, units_line, value_text
+from analyze.present.energy_table import ordered_frame, total_of
 from analyze.present.safe_text import safe, safe_line
-from analyze.present.units import format_energy, human
+from analyze.present.units import format_energy
 
 
 def counts_by_trace_text(combined, names: list[str], fractions=None, top: int | None = None) -> str:
@@ -40,10 +41,11 @@ def counts_by_trace_text(combined, names: list[str], fractions=None, top: int | 
     rows = []
     for label, result in combined.by_trace.items():
         totals = result.totals()
-        rows.append([label] + [human(totals.get(n, 0)) for n in names])
+        rows.append([label] + [value_text(n, totals.get(n, 0)) for n in names])
     grand = combined.total.totals()
-    rows.append(["total"] + [human(grand.get(n, 0)) for n in names])
-    lines = _grid(["trace", *names], rows) + [""] + coverage_text(combined.total, names, fractions, top)
+    rows.append(["total"] + [value_text(n, grand.get(n, 0)) for n in names])
+    lines = (_grid(["trace", *names], rows) + ["", units_line(names), ""]
+             + coverage_text(combined.total, names, fractions, top))
     return safe("\n".join(lines))
 
 
@@ -54,16 +56,18 @@ def counts_by_trace_frame(combined, names: list[str]) -> pd.DataFrame:
     return frame[["trace", *(c for c in frame.columns if c != "trace")]]
 
 
-def counts_json_many(combined, names: list[str]) -> dict:
-    """The counts document of several traces (see the module docstring)."""
+def counts_json_many(combined, names: list[str], selection=None) -> dict:
+    """The counts document of several traces (see the module docstring); `selection`: the
+    filters given ({name: value}), listed as `selection` when any."""
     counters = counters_json(combined.total, names)
+    chosen = {"selection": dict(selection)} if selection else {}
     if len(combined.traces) == 1:
-        return {"counters": counters, "trace": combined.traces[0].document}
+        return {"counters": counters, "trace": combined.traces[0].document, **chosen}
     traces = []
     for facts in combined.traces:
         totals = combined.by_trace[facts.label].totals()
         traces.append({**facts.document, "label": facts.label, "totals": {n: int(totals.get(n, 0)) for n in names}})
-    return {"counters": counters, "traces": traces}
+    return {"counters": counters, "traces": traces, **chosen}
 
 
 def energy_by_trace_lines(combined, unit: str | None = None) -> list[str]:
@@ -81,7 +85,7 @@ def energy_by_trace_lines(combined, unit: str | None = None) -> list[str]:
 
 def energy_by_trace_frame(combined) -> pd.DataFrame:
     """Each trace's report rows with a leading `trace` column."""
-    frames = [frame.assign(trace=label) for label, frame in combined.by_trace.items()]
+    frames = [ordered_frame(frame).assign(trace=label) for label, frame in combined.by_trace.items()]
     frame = pd.concat(frames, ignore_index=True)
     return frame[["trace", *(c for c in frame.columns if c != "trace")]]
 
@@ -90,12 +94,13 @@ def _present(value) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def energy_json_many(combined, scope: str) -> dict:
-    """The energy document of several traces (see the module docstring)."""
+def energy_json_many(combined, scope: str, selection=None) -> dict:
+    """The energy document of several traces (see the module docstring); `selection`: the
+    filters given, listed as `selection` when any."""
     rows = [{k: (int(v) if k == "count" else v) for k, v in row.items() if _present(v)}
-            for row in combined.frame.to_dict("records")]
+            for row in ordered_frame(combined.frame).to_dict("records")]
     traces = [{**facts.document, "label": facts.label, "energy_total_pj": total_of(combined.by_trace[facts.label])}
               for facts in combined.traces]
     return {"model": combined.model, "scope": scope, "preset": combined.preset,
             "energy_total_pj": combined.energy_total_pj, "rows": rows, "warnings": list(combined.warnings),
-            "traces": traces}
+            "traces": traces, **({"selection": dict(selection)} if selection else {})}

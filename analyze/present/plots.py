@@ -15,6 +15,10 @@ title, axis labels with units and labels that do not overlap; `save(figure, path
     sweep_curves(frame, key)      total energy vs a swept preset key (from recost)
     sweep_heatmap(frame, x, y)    total energy over two swept keys
     compare(results_a, results_b) per-module energy of two traces side by side
+
+The functions that read a trace take `selection` (analyze.present.selection: a Selection or a
+mapping of --stage/--phase/--step/--rank/--module): the energy of the selected stages, steps
+and ranks, the counts and spike rates of the selected work.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analyze.energy import SCOPES
 from analyze.present.counts import module_classes, short_class
+from analyze.present.selection import selection_of
 from analyze.present.units import energy_scale
 from analyze.results import Analysis
 
@@ -53,13 +58,17 @@ def _figure(width: float, height: float) -> tuple[Figure, object]:
     return figure, figure.subplots()
 
 
-def energy_report(results, model: str | None = None, preset=None, **options) -> tuple[object, str | None]:
+def energy_report(results, model: str | None = None, preset=None, selection=None,
+                  **options) -> tuple[object, str | None]:
     """(report, model): `results` itself when it is an energy report, else its Analysis's
-    report (cached mapping; model None = the trace's default)."""
+    report (cached mapping; model None = the trace's default) of `selection`."""
     if hasattr(results, "energy_by_module") or hasattr(results, "energy_by_stage"):
+        if selection_of(selection):
+            raise ValueError("a selection applies where a trace is read: pass the trace or its Analysis, not a report")
         return results, model
     analysis = Analysis.of(results)
     model = analysis.model(model, preset)
+    options = {**selection_of(selection).energy_options(analysis.trace), **options}
     return analysis.energy(model, preset, **options), model
 
 
@@ -109,9 +118,9 @@ def _leaf_modules(report) -> list[str]:
     return [s for s in scopes if not any(o.startswith(s + ".") for o in scopes)]
 
 
-def energy_by_layer(results, model: str | None = None, preset=None, classes=None, **options):
+def energy_by_layer(results, model: str | None = None, preset=None, classes=None, selection=None, **options):
     classes = layer_classes(results) if classes is None else classes
-    report, model = energy_report(results, model, preset, **options)
+    report, model = energy_report(results, model, preset, selection, **options)
     layers = _leaf_modules(report)
     split = _by_module_component(report)
     table = pd.DataFrame({layer: split[layer] for layer in layers}).T.fillna(0.0)
@@ -134,8 +143,8 @@ def energy_by_layer(results, model: str | None = None, preset=None, classes=None
     return figure
 
 
-def stage_breakdown(results, model: str | None = None, preset=None, **options):
-    report, model = energy_report(results, model, preset, **options)
+def stage_breakdown(results, model: str | None = None, preset=None, selection=None, **options):
+    report, model = energy_report(results, model, preset, selection, **options)
     stages = pd.Series(report.energy_by_stage).sort_values(ascending=False)
     scale, unit = energy_scale(stages.to_numpy())
     figure, axes = _figure(6, 4)
@@ -149,9 +158,10 @@ def stage_breakdown(results, model: str | None = None, preset=None, **options):
     return figure
 
 
-def spike_rate_heatmap(results):
+def spike_rate_heatmap(results, selection=None):
     trace = _trace_of(results)
-    rates = trace.sql("SELECT scope, time_step, sum(ones) / sum(elements) AS rate FROM step_spike_rates GROUP BY ALL")
+    with selection_of(selection).views(trace):
+        rates = trace.sql("SELECT scope, time_step, sum(ones) / sum(elements) AS rate FROM step_spike_rates GROUP BY ALL")
     if rates.empty:
         raise ValueError(f"{trace.path}: no binary module outputs, so no spike rates to plot")
     if rates["time_step"].notna().any():  # pass-through layers without per-step outputs are left out
@@ -170,16 +180,18 @@ def spike_rate_heatmap(results):
     return figure
 
 
-def training_curve(results, model: str | None = None, preset=None, **options):
+def training_curve(results, model: str | None = None, preset=None, selection=None, **options):
     """Energy per recorder step (the model's energy_by_step, all ranks) and the spike rate of
     the binary layer outputs per step (the training_spike_rates view): the energy-over-training
     picture of a long run or a schedule."""
-    report, model = energy_report(results, model, preset, **options)
+    report, model = energy_report(results, model, preset, selection, **options)
     energy = pd.Series({int(step): pj for step, pj in report.energy_by_step.items()}).sort_index()
     if energy.empty:
         raise ValueError("no recorder steps with energy: nothing to draw over training")
-    rates = _trace_of(results).sql(
-        "SELECT step, sum(ones) / sum(elements) AS rate FROM training_spike_rates GROUP BY step ORDER BY step")
+    trace = _trace_of(results)
+    with selection_of(selection).views(trace):
+        rates = trace.sql(
+            "SELECT step, sum(ones) / sum(elements) AS rate FROM training_spike_rates GROUP BY step ORDER BY step")
     scale, unit = energy_scale(energy.to_numpy())
     figure = PlotFigure(figsize=(max(8.0, 0.15 * len(energy) + 5), 5.5), layout="constrained")
     FigureCanvasAgg(figure)
@@ -199,7 +211,8 @@ def training_curve(results, model: str | None = None, preset=None, **options):
     return figure
 
 
-def roofline(results, *, peak_flops: float | None = None, bandwidth: float | None = None, classes=None):
+def roofline(results, *, peak_flops: float | None = None, bandwidth: float | None = None, classes=None,
+             selection=None):
     """Per leaf module its arithmetic intensity (FLOP per byte, from SpikingJelly's flop and
     memory_access counters). Given the machine (peak_flops in FLOP/s, bandwidth in byte/s)
     this is a roofline: the roof min(peak, bandwidth x intensity) is drawn and each layer
@@ -248,6 +261,11 @@ def _totals(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["key"].isin(["energy_total_pj", "total_pj"])]
 
 
+def _short_number(value) -> str:
+    """A swept value as a label: 0.30000000000000004 -> 0.3 (six significant digits)."""
+    return f"{value:.6g}" if isinstance(value, (float, np.floating)) else str(value)
+
+
 def sweep_curves(frame: pd.DataFrame, key: str):
     totals = _totals(frame).dropna(subset=[key]).sort_values(key)
     scale, unit = energy_scale(totals["pj"].to_numpy())
@@ -255,7 +273,7 @@ def sweep_curves(frame: pd.DataFrame, key: str):
     others = [c for c in frame.columns if c not in ("preset", "breakdown", "key", "pj", "count", key)]
     groups = totals.groupby(others, dropna=False) if others else [("", totals)]
     for label, group in groups:
-        name = ", ".join(f"{k}={v}" for k, v in zip(others, np.atleast_1d(label))) if others else None
+        name = ", ".join(f"{k}={_short_number(v)}" for k, v in zip(others, np.atleast_1d(label))) if others else None
         axes.plot(group[key], group["pj"] / scale, marker="o", label=name)
     if others:
         axes.legend(fontsize="small")
@@ -280,9 +298,10 @@ def sweep_heatmap(frame: pd.DataFrame, x: str, y: str):
     return figure
 
 
-def compare(results_a, results_b, model: str | None = None, preset=None, labels=("A", "B"), classes=None, **options):
+def compare(results_a, results_b, model: str | None = None, preset=None, labels=("A", "B"), classes=None,
+            selection=None, **options):
     classes = layer_classes(results_a) if classes is None else classes
-    (a, model), (b, _) = (energy_report(r, model, preset, **options) for r in (results_a, results_b))
+    (a, model), (b, _) = (energy_report(r, model, preset, selection, **options) for r in (results_a, results_b))
     layers = sorted(set(_leaf_modules(a)) | set(_leaf_modules(b)))
     values = np.array([[a.energy_by_module.get(layer, 0.0), b.energy_by_module.get(layer, 0.0)] for layer in layers])
     scale, unit = energy_scale(values.ravel())

@@ -8,6 +8,10 @@ once, the counters run once) into plain rows; `templates/report.html.j2` lays th
 the tables sortable and filterable, `templates/report.css` styles them. Plots are PNG data
 URIs from analyze.present.plots; nothing is fetched when the page is viewed.
 
+`selection` (analyze.present.selection: --stage --phase --step --rank; --module is refused, as
+the page is about energy) makes a page of that part of the trace: its energy, counts, spike
+rates and events, named in the summary. `progress=True` shows a bar on a terminal.
+
 The page checks itself when loaded: `<body data-images-loaded data-images-total
 data-errors>` say how many images decoded and which script errors occurred, so a headless
 browser can verify that it rendered (tests/test_diff_report.py, tests/test_report_page.py).
@@ -30,14 +34,16 @@ from markupsafe import Markup
 from analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
 from analyze.energy.scopes import trace_phases
 from analyze.present import plots
-from analyze.present.counts import STAGE_ORDER, coverage, human, human_bytes, percent
+from analyze.present.counts import BYTE_COUNTERS, STAGE_ORDER, coverage, human, human_bytes, percent
 from analyze.present.energy_table import energy_rows, total_of
 from analyze.present.health import report_health
+from analyze.present.progress import steps as progress_steps
+from analyze.present.selection import selection_of
 from analyze.present.units import format_energy
 from analyze.results import Analysis
 
 TEMPLATES = Path(__file__).with_name("templates")
-BYTE_COUNTERS = {"memory_access"}  # counters whose values are bytes, not operations
+FIGURES = 4  # the plots of the page (_figures)
 
 
 def _escaped(value):
@@ -125,15 +131,18 @@ def _image(figure, alt: str) -> dict:
     return {"alt": alt, "src": "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()}
 
 
-def _figures(report, counts, model: str, preset, classes: dict, analysis: Analysis) -> dict:
+def _figures(report, counts, model: str, preset, classes: dict, analysis: Analysis, selection=None,
+             bar=None) -> dict:
     makers = {
         "layers": ("energy per layer", lambda: plots.energy_by_layer(report, model, preset, classes=classes)),
         "stage": ("energy per stage", lambda: plots.stage_breakdown(report, model, preset)),
-        "spikes": ("spike rate heatmap", lambda: plots.spike_rate_heatmap(analysis)),
+        "spikes": ("spike rate heatmap", lambda: plots.spike_rate_heatmap(analysis, selection=selection)),
         "roofline": ("roofline", lambda: plots.roofline(counts, classes=classes)),
     }
     out = {}
     for key, (name, make) in makers.items():
+        if bar is not None:
+            bar.step(f"plot: {name}")
         try:
             out[key] = _image(make(), name)
         except (ValueError, KeyError) as problem:  # e.g. no binary outputs: say so, draw the rest
@@ -145,10 +154,12 @@ def _figures(report, counts, model: str, preset, classes: dict, analysis: Analys
 
 
 def spike_rates(trace) -> tuple[pd.DataFrame, str]:
-    """Per spiking layer its rate, its class and a note when it never fired (a dead layer);
+    """Per spiking layer and stage (all ranks) its rate, its class and a note when it never fired (a dead layer);
     and a sentence naming the leaf layers whose outputs are not spikes."""
-    rates = trace.sql("SELECT scope, class_name AS class, stage, calls, ones, elements, round(spike_rate, 4) AS spike_rate "
-                      "FROM layer_spike_rates ORDER BY scope, stage")
+    rates = trace.sql("SELECT scope, any_value(class_name) AS class, stage, sum(calls)::BIGINT AS calls, "
+                      "sum(ones)::BIGINT AS ones, sum(elements)::BIGINT AS elements, "
+                      "round(sum(ones) / sum(elements), 4) AS spike_rate "
+                      "FROM layer_spike_rates GROUP BY scope, stage ORDER BY scope, stage")
     rates["note"] = rates["ones"].map(lambda ones: "dead: never fired" if ones == 0 else "")
     leaves = trace.sql("SELECT coalesce(m.tracker_name, m.path) AS scope, any_value(m.class_name) AS class FROM modules m "
                        "WHERE m.is_leaf AND EXISTS (SELECT 1 FROM module_events e WHERE e.rank = m.rank "
@@ -306,48 +317,67 @@ def _coverage_tables(result, names: list[str]) -> tuple[Table, Table, list[str]]
     return per_counter, ops, list(unsupported["op"]) if len(unsupported) else []
 
 
-def page(results, *, model: str | None = None, preset=None, depth: int = 2) -> dict:
+def page(results, *, model: str | None = None, preset=None, depth: int = 2, selection=None,
+         progress: bool = False) -> dict:
     """Everything the report shows, as the template's context: one mapping of the model, one
-    run of the counters (grouped by step and rank when the trace has several)."""
+    run of the counters (grouped by step and rank when the trace has several), of `selection`
+    (a Selection or a mapping of filters; the whole trace by default)."""
     analysis = Analysis.of(results)
+    selection = selection_of(selection)
     model = analysis.model(model, preset)
     trace = analysis.trace
+    if selection:
+        selection.check(trace)
     summary = trace.summary()
-    with warnings.catch_warnings():  # the page states the model's scope itself (the caveats)
-        warnings.simplefilter("ignore", ModelScopeWarning)
-        report = analysis.energy(model, preset)
-    frame = report.to_frame()
-    total = total_of(frame)
-    components = energy_rows(frame, "component", model)
-    stages = dict(sorted(((str(k), float(v)) for k, v in (getattr(report, "energy_by_stage", {}) or {}).items()),
-                         key=lambda kv: _stage_order(kv[0])))
-    modules = energy_rows(frame, "module", model)
-    classes = plots.layer_classes(analysis)
-    keys = [key for key, *_ in modules]
-    leaves = [(k, classes.get(k, ""), pj) for k, _, pj, _ in modules if not any(o.startswith(k + ".") for o in keys)]
-    groups = _groups(trace)
-    result = analysis.counts(by=groups) if groups else analysis.counts()
-    names = list(dict.fromkeys(result.frame["counter"]))
-    rates, quiet = spike_rates(trace)
-    cost_left_out = left_out(report)
-    per_counter, uncovered, uncovered_ops = _coverage_tables(result, names)
-    views = [_per_group(result, g, getattr(report, f"energy_by_{g}", {}), names, model) for g in groups]
-    scope = SCOPES[model]
-    outside = {p: n for p, n in trace_phases(trace).items() if p not in scope.phases}
-    chosen = preset or DEFAULT_PRESETS[model]
+    with progress_steps(4 + FIGURES, "report", enabled=progress) as bar:
+        bar.step("energy")
+        with warnings.catch_warnings():  # the page states the model's scope itself (the caveats)
+            warnings.simplefilter("ignore", ModelScopeWarning)
+            report = analysis.energy(model, preset, **selection.energy_options(trace))
+        frame = report.to_frame()
+        total = total_of(frame)
+        components = energy_rows(frame, "component", model)
+        stages = dict(sorted(((str(k), float(v)) for k, v in (getattr(report, "energy_by_stage", {}) or {}).items()),
+                             key=lambda kv: _stage_order(kv[0])))
+        modules = energy_rows(frame, "module", model)
+        classes = plots.layer_classes(analysis)
+        keys = [key for key, *_ in modules]
+        leaves = [(k, classes.get(k, ""), pj) for k, _, pj, _ in modules if not any(o.startswith(k + ".") for o in keys)]
+        bar.step("counts")
+        with selection.views(trace):
+            groups = _groups(trace)
+        options = selection.counts_options()
+        result = analysis.counts(by=groups, **options) if groups else analysis.counts(**options)
+        names = list(dict.fromkeys(result.frame["counter"]))
+        bar.step("spike rates")
+        with selection.views(trace):  # what the selected rows hold
+            rates, quiet = spike_rates(trace)
+            phases = trace_phases(trace)
+            scope_caveats = scope_warnings(trace, model)
+            events = trace.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        cost_left_out = left_out(report)
+        per_counter, uncovered, uncovered_ops = _coverage_tables(result, names)
+        views = [_per_group(result, g, getattr(report, f"energy_by_{g}", {}), names, model) for g in groups]
+        scope = SCOPES[model]
+        outside = {p: n for p, n in phases.items() if p not in scope.phases}
+        bar.step("tables")
+        chosen = preset or DEFAULT_PRESETS[model]
+        figures = _figures(report, result, model, chosen, classes, analysis, selection, bar)
     shares = coverage(result, names)
     fired = rates.groupby(["scope", "class"], sort=False)["ones"].sum()  # over its stages: never fired at all
     dead = [f"{s} ({c})" for (s, c), ones in fired.items() if ones == 0]
     uncosted_names = [str(r.get("name") or r.get("scope") or r.get("kind")) for r in cost_left_out.to_dict("records")]
     steps = summary.get("steps_recorded")
     name = Path(str(trace.path)).name
-    facts = [("trace", str(trace.path)), ("schema version", summary.get("schema_version")),
+    facts = [("trace", str(trace.path)), *([("selection", selection.describe())] if selection else []),
+             ("schema version", summary.get("schema_version")),
              ("complete", summary.get("complete")), ("ranks", summary.get("ranks")), ("steps recorded", steps),
-             ("events", trace.count("events")), ("device", summary.get("device")),
+             ("events", events), ("device", summary.get("device")),
              ("torch", (summary.get("versions") or {}).get("torch")), ("preset", str(chosen))]
     facts += [(f"metadata: {k}", v) for k, v in sorted((summary.get("metadata") or {}).items())]
     return {
-        "title": f"spiketrace report: {name}", "trace_path": str(trace.path), "model": model, "depth": depth,
+        "title": f"spiketrace report: {name}" + (f" ({selection.describe()})" if selection else ""),
+        "trace_path": str(trace.path), "model": model, "depth": depth,
         "health": report_health(trace, model),  # banner, findings, facts, caveats of the capture itself
         "nav": [("summary", "summary"), ("findings", "findings"), ("caveats", "caveats"), ("energy", "energy"),
                 ("energy-per-layer", "layers"), *[(f"per-{g}-view", f"per {g}") for g in groups],
@@ -355,7 +385,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2) -> d
         "cards": [
             {"label": "total energy", "value": format_energy(total), "note": f"{model} model under preset {chosen}"},
             {"label": "model scope", "value": model, "note": scope.label},
-            {"label": "trace", "value": _plural(trace.count("events"), "event"),
+            {"label": "trace" if not selection else "selection", "value": _plural(events, "event"),
              "note": f"{_plural(len(summary.get('ranks') or []), 'rank')}, {_plural(int(steps or 0), 'step')}, "
                      f"{'complete' if summary.get('complete') else 'INCOMPLETE'}"},
             {"label": "coverage", "value": percent(min(shares.values(), default=1.0)),
@@ -364,7 +394,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2) -> d
         "facts": [(k, "" if v is None else str(v)) for k, v in facts],
         "findings": findings(model=model, total=total, components=components, layers=leaves, stages=stages, dead=dead,
                              uncosted=uncosted_names, outside=outside, uncovered=uncovered_ops, groups=views),
-        "caveats": [f"Model scope: {model} is {scope.label}.", *scope_warnings(trace, model),
+        "caveats": [f"Model scope: {model} is {scope.label}.", *scope_caveats,
                     *list(getattr(report, "warnings", []) or [])],
         "left_out": frame_table(cost_left_out, "left-out", f"{len(cost_left_out)} kinds of work the {model} model did not cost")
         if len(cost_left_out) else None,
@@ -381,17 +411,19 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2) -> d
         "rates": Table("spike-rates", [str(c) for c in rates.columns],
                        [[_plain(v) if c != "spike_rate" else Cell(f"{v:.4f}", _number(v), _number(v))
                          for c, v in zip(rates.columns, row)] for row in rates.itertuples(index=False)],
-                       "binary outputs per layer and stage", ["dead" if ones == 0 else "" for ones in rates["ones"]]),
+                       "binary outputs per layer and stage (all ranks)", ["dead" if ones == 0 else "" for ones in rates["ones"]]),
         "quiet": quiet,
         "coverage": per_counter, "unsupported": uncovered,
-        "plots": _figures(report, result, model, chosen, classes, analysis),
+        "plots": figures,
     }
 
 
-def build_report(results, *, model: str | None = None, preset=None, depth: int = 2) -> str:
+def build_report(results, *, model: str | None = None, preset=None, depth: int = 2, selection=None,
+                 progress: bool = False) -> str:
     """The page for `results` (an Analysis, or a Trace or path taken as its Analysis): the
     energy model maps the trace once and the counters run once, whatever the page shows."""
-    return ENVIRONMENT.get_template("report.html.j2").render(page(results, model=model, preset=preset, depth=depth))
+    context = page(results, model=model, preset=preset, depth=depth, selection=selection, progress=progress)
+    return ENVIRONMENT.get_template("report.html.j2").render(context)
 
 
 def write_report(results, out, **options) -> Path:

@@ -48,17 +48,23 @@ def register_energy(trace, report, *, model: str, preset: str) -> None:
         trace.con.execute(f"CREATE OR REPLACE VIEW {name} AS {query}")
 
 
-def ensure_for_query(trace, query: str, *, model: str | None = None, preset: str | None = None) -> None:
+def ensure_for_query(trace, query: str, *, model: str | None = None, preset: str | None = None,
+                     selection=None) -> None:
     """Register `counts` / `energy` (and its views) when `query` reads them and they are absent,
-    from the trace's Analysis (computed once, shared with anything else asking it)."""
+    from the trace's Analysis (computed once, shared with anything else asking it), of the
+    `selection` (analyze.present.selection: a Selection or a mapping of filters) when given."""
+    from analyze.present.selection import selection_of
+
+    selection = selection_of(selection)
     wanted = {m.lower() for m in _NAMES.findall(query)}
     present = {row[0] for row in trace.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     analysis = Analysis.of(trace)
     if "counts" in wanted and "counts" not in present:
-        register_counts(trace, analysis.counts(by=("stage",)))
+        register_counts(trace, analysis.counts(by=("stage",), **selection.counts_options()))
     if any(w.startswith("energy") for w in wanted) and "energy" not in present:
         from analyze.energy import DEFAULT_PRESETS
 
         model = analysis.model(model, preset)
         chosen = preset or DEFAULT_PRESETS[model]
-        register_energy(trace, analysis.energy(model, chosen), model=model, preset=chosen)
+        report = analysis.energy(model, chosen, **selection.energy_options(trace))
+        register_energy(trace, report, model=model, preset=chosen)

@@ -18,6 +18,7 @@ Views whose name differs from the table's, or that are derived:
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import duckdb
@@ -143,3 +144,98 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, files: dict[str, li
         con.execute(f"CREATE VIEW {name} AS {query}")
     for name, (_, query) in sql_views().items():
         con.execute(f"CREATE VIEW {name} AS {query}")
+
+
+# -- a selection of the rows: --stage, --phase, --step, --rank, --module ----------------------
+
+# Schema holding each table view as created, while the view of its name in `main` shows a
+# selection of its rows (selected_views).
+UNSELECTED_SCHEMA = "spiketrace_unselected"
+# Tables whose `seq` is the seq of an event: they keep the rows of the selected events.
+EVENT_ROW_TABLES = ("event_tensors", "op_stats", "packed_inputs", "collectives", "neuron_memories")
+
+
+def _in(column: str, value) -> str:
+    return f"{column} = {sql_string(value) if isinstance(value, str) else int(value)}"
+
+
+def _module_ids(module: str) -> str:
+    """(rank, module_id) of the modules at or under tracker scope `module` (a tracker name, or
+    the path of a module without one): SQL over the unselected `modules`."""
+    name = "coalesce(tracker_name, path)"
+    return (f"(rank, module_id) IN (SELECT rank, module_id FROM {UNSELECTED_SCHEMA}.modules "
+            f"WHERE {name} = {sql_string(module)} OR starts_with({name}, {sql_string(module + '.')}))")
+
+
+def selection_filters(*, stage=None, phase=None, step=None, rank=None, module=None) -> dict[str, str]:
+    """table view -> the SQL condition keeping its rows of the selection (views without an
+    entry keep all their rows). Each table is restricted by what it records:
+
+    - `events`: stage, phase, step, rank, and module: the events attributed to that scope
+      (SpikingJelly's attribution: every scope in the tracker's parents, so a module's subtree);
+    - `module_events`: stage, phase, step, rank, and module: the calls of that module and the
+      modules under it;
+    - `stage_markers` (so `stages`): stage (its name), phase, step, rank;
+    - event_tensors, op_stats, packed_inputs, collectives, neuron_memories: the rows of the
+      selected events;
+    - optimizer_steps: step, rank, stage and phase (of the stage it ran in), module (of its
+      parameter);
+    - every other table (tensors, tensor_frees, scopes, modules): rank.
+
+    Module "Global" is everything, as SpikingJelly's tracker names it."""
+    module = None if module == "Global" else module
+    ranked = [_in("rank", rank)] if rank is not None else []
+    filters = {table: list(ranked) for table in TABLES}
+    for table, columns in (("events", {"stage": stage, "phase": phase, "step": step}),
+                           ("module_events", {"stage": stage, "phase": phase, "step": step}),
+                           ("stage_markers", {"name": stage, "phase": phase, "step": step}),
+                           ("optimizer_steps", {"step": step})):
+        filters[table] += [_in(column, value) for column, value in columns.items() if value is not None]
+    if stage is not None or phase is not None:  # an optimizer step ran inside a selected stage
+        filters["optimizer_steps"].append(
+            "EXISTS (SELECT 1 FROM stages s WHERE s.rank = optimizer_steps.rank AND optimizer_steps.seq "
+            "BETWEEN s.begin_seq AND coalesce(s.end_seq, optimizer_steps.seq))")
+    if module is not None:
+        filters["events"].append(f"(rank, scope_id) IN (SELECT rank, scope_id FROM {UNSELECTED_SCHEMA}.scopes "
+                                 f"WHERE list_contains(parents, {sql_string(module)}))")
+        filters["module_events"].append(_module_ids(module))
+        filters["optimizer_steps"].append(_module_ids(module))
+    if any(v is not None for v in (stage, phase, step, module)):
+        for table in EVENT_ROW_TABLES:
+            filters[table].append("(rank, seq) IN (SELECT rank, seq FROM events)")  # the selected events
+    return {view_name(table): " AND ".join(clauses) for table, clauses in filters.items() if clauses}
+
+
+def _view_body(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The query of view `name` of schema main, as create_views made it."""
+    rows = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?", [name]).fetchall()
+    row = rows[0] if rows else None
+    prefix = f"CREATE VIEW {name} AS "
+    if row is None or not row[0].startswith(prefix):
+        raise RuntimeError(f"no view {name!r} as create_views makes it")
+    return row[0][len(prefix):].rstrip().rstrip(";")
+
+
+@contextlib.contextmanager
+def selected_views(con: duckdb.DuckDBPyConnection, **selection):
+    """Within the block, the table views of `con` show only the rows of `selection` (stage,
+    phase, step, rank, module; see selection_filters), and so does every view built on them
+    (stages, tensors, module_ops, layer_spike_rates, collective_traffic, ...: DuckDB binds a
+    view's query when it is run). On exit the views show every row again."""
+    filters = selection_filters(**selection)
+    if not filters:
+        yield
+        return
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {UNSELECTED_SCHEMA}")
+    kept = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE schema_name = ?",
+                                          [UNSELECTED_SCHEMA]).fetchall()}
+    for name in (view_name(table) for table in TABLES):  # every table, so conditions can read them whole
+        if name not in kept:
+            con.execute(f"CREATE VIEW {UNSELECTED_SCHEMA}.{name} AS {_view_body(con, name)}")
+    try:
+        for name, condition in filters.items():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {UNSELECTED_SCHEMA}.{name} WHERE {condition}")
+        yield
+    finally:
+        for name in filters:
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {UNSELECTED_SCHEMA}.{name}")
