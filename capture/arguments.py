@@ -24,16 +24,33 @@ _TAGGED_TYPES = {
 }
 
 
+_slots: dict[tuple, tuple] = {}
+
+
+def use_slot(role: str, position, name, item) -> tuple:
+    """The interned (role, position, name, item) of a tensor's place in a call: one object per
+    distinct place, which the event_tensors buffer holds per row (capture/table_buffer.py)."""
+    slot = (role, position, name, item)
+    if len(_slots) > 65536:
+        _slots.clear()
+    return _slots.setdefault(slot, slot)
+
+
+_ARG_SLOTS = [use_slot("arg", i, None, None) for i in range(32)]
+_OUT_SLOT = use_slot("out", 0, None, None)
+
+
 class TensorCollector:
-    """Collects (tensor, role, position, name, item) in the order their placeholders appear."""
+    """Collects (tensor, slot) in the order their placeholders appear; a slot is the interned
+    (role, position, name, item) of use_slot."""
 
     __slots__ = ("tensors",)
 
     def __init__(self, tensors: list | None = None) -> None:
-        self.tensors: list[tuple[torch.Tensor, str, int | None, str | None, int | None]] = [] if tensors is None else tensors
+        self.tensors: list[tuple[torch.Tensor, tuple]] = [] if tensors is None else tensors
 
     def add(self, t: torch.Tensor, role: str, position, name, item) -> dict:
-        self.tensors.append((t, role, position, name, item))
+        self.tensors.append((t, use_slot(role, position, name, item)))
         return {"$t": len(self.tensors) - 1}
 
 
@@ -108,7 +125,7 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
         key = []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                tensors.append((a, "arg", i, None, None))
+                tensors.append((a, _ARG_SLOTS[i] if i < 32 else use_slot("arg", i, None, None)))
                 key.append(_TENSOR)
             elif type(a) is int or a is None:
                 key.append(a)
@@ -134,7 +151,7 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
     else:
         kwargs_json = "{}"
     if isinstance(out, torch.Tensor):  # the common case, without the encoder
-        tensors.append((out, "out", 0, None, None))
+        tensors.append((out, _OUT_SLOT))
         k = len(tensors) - 1
         out_json = _OUT_TENSOR[k] if k < len(_OUT_TENSOR) else f'{{"$t":{k}}}'
     else:
@@ -152,7 +169,7 @@ def _encode_args(args: tuple, tensors: list) -> str:
     encoded_args = []
     for i, a in enumerate(args):  # tensors and ints first: most arguments are one of them
         if isinstance(a, torch.Tensor):
-            tensors.append((a, "arg", i, None, None))
+            tensors.append((a, _ARG_SLOTS[i] if i < 32 else use_slot("arg", i, None, None)))
             encoded_args.append({"$t": len(tensors) - 1})
         elif type(a) is int or a is None:
             encoded_args.append(a)

@@ -33,6 +33,7 @@ from capture.decompositions import decomposition_plan, may_decompose, run_decomp
 from capture.tracker import in_recomputation
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 from schemas.statistics_levels import SYNAPTIC_LEVEL_OPERANDS
+from capture.table_buffer import BUFFER_GROUPS
 from schemas.tables import TABLES
 
 _op_names: dict = {}
@@ -75,10 +76,21 @@ def pack_bits(t: torch.Tensor) -> torch.Tensor:
     return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
 
 
-_EVENT_COLUMNS = ("seq", "op", "step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
-                  "scope_id", "args", "kwargs", "out", "recompute")
-_USE_COLUMNS = ("seq", "k", "role", "position", "name", "item", "tensor_id")
-if set(_EVENT_COLUMNS) != set(TABLES["events"].names) or set(_USE_COLUMNS) != set(TABLES["event_tensors"].names):
+# The buffers' physical columns (capture/table_buffer.py BUFFER_GROUPS): an event's context
+# fields are one interned tuple, and so are a use's (role, position, name, item).
+_EVENT_COLUMNS = ("seq", "op", "$context", "args", "kwargs", "out")
+_USE_COLUMNS = ("seq", "k", "$slot", "tensor_id")
+_CONTEXT = BUFFER_GROUPS["events"]["$context"]
+
+
+def _fields(columns, groups) -> set[str]:
+    return {member for c in columns for member in groups.get(c, (c,))}
+
+
+if (_fields(_EVENT_COLUMNS, BUFFER_GROUPS["events"]) != set(TABLES["events"].names)
+        or _fields(_USE_COLUMNS, BUFFER_GROUPS["event_tensors"]) != set(TABLES["event_tensors"].names)
+        or _CONTEXT != ("step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread", "scope_id",
+                        "recompute")):
     raise AssertionError("capture.dispatch column lists are out of step with schemas.tables")
 
 
@@ -152,6 +164,9 @@ class OpLog:
         self._use_seqs = self.uses["seq"]
         self._event_seqs = self.events["seq"]
         self._flush_rows = context.writer.flush_rows
+        # The last event context: its key (what it is made of) and the tuple the rows share.
+        self._context_key: tuple | None = None
+        self._context: tuple | None = None
         self._plans: dict = {}  # OpOverload -> OpPlan
         fast = context.fast_paths
         self._intern = "interned_arguments" in fast
@@ -186,9 +201,10 @@ class OpLog:
         uses_before = len(self._use_seqs)
         described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
         try:
-            for k, (t, role, position, key, item) in enumerate(tensors):
+            for k, (t, slot) in enumerate(tensors):
                 tensor_id = described.get(id(t))
                 if tensor_id is None:
+                    role, position, key = slot[0], slot[1], slot[2]
                     known = _NOT_SCANNED if collective else None
                     if propagate is not None and role == "out" and t is out:
                         known = _propagated(propagate, args, kwargs, out, registry.stats_of)
@@ -196,25 +212,24 @@ class OpLog:
                     wanted = role == "arg" and position in wanted_positions
                     tensor_id = registry.describe(t, seq, known_stats=known, written=written, wanted=wanted)
                     described[id(t)] = tensor_id
-                u[0](seq); u[1](k); u[2](role); u[3](position); u[4](key); u[5](item); u[6](tensor_id)
+                u[0](seq); u[1](k); u[2](slot); u[3](tensor_id)
             thread, scope_id = context.thread_index(), context.scope_id()
         except BaseException:
             for column in self.uses.values():  # no event_tensors rows for an event never written
                 del column[uses_before:]
             raise
 
-        stage = context.current_stage
-        e = self._event_appends
-        e[0](seq); e[1](name); e[2](context.step_index)
-        if stage is None:
-            e[3](None); e[4]("unlabeled"); e[5](None)
-        else:
-            e[3](stage.stage_id); e[4](stage.name); e[5](stage.phase)
+        stage, step = context.current_stage, context.step_index
         grad_enabled, in_backward = torch.is_grad_enabled(), torch._C._current_graph_task_id() != -1
         recompute = in_backward and in_recomputation(grad_enabled)
-        e[6](grad_enabled); e[7](in_backward)
-        e[8](thread); e[9](scope_id)
-        e[10](args_json); e[11](kwargs_json); e[12](out_json); e[13](recompute)
+        key = (stage, step, grad_enabled, in_backward, thread, scope_id, recompute)
+        if key != self._context_key:  # consecutive events mostly share it: one tuple for all of them
+            self._context_key = key
+            self._context = (step, None, "unlabeled", None, grad_enabled, in_backward, thread, scope_id, recompute) \
+                if stage is None else \
+                (step, stage.stage_id, stage.name, stage.phase, grad_enabled, in_backward, thread, scope_id, recompute)
+        e = self._event_appends
+        e[0](seq); e[1](name); e[2](self._context); e[3](args_json); e[4](kwargs_json); e[5](out_json)
 
         if collective or plan.statistics:  # rare ops, which may hold tensor subclasses: always guarded
             with excluded_from_modes():

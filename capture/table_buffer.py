@@ -20,15 +20,38 @@ def _compact(f: pa.Field) -> bool:
     return pa.types.is_integer(f.type) and not f.nullable
 
 
+# Fields that change together and repeat from row to row, held as one interned tuple per row
+# (the hot paths keep one object per distinct combination): one append and one 8-byte slot a
+# row instead of one per field. The writer unzips them into their fields at flush.
+BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "events": {"$context": ("step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
+                            "scope_id", "recompute")},
+    "event_tensors": {"$slot": ("role", "position", "name", "item")},
+    "tensors": {"$kind": ("dtype", "element_size", "device", "requires_grad", "is_meta", "is_parameter",
+                          "parameter")},
+}
+
+
 class TableBuffer:
     """The pending rows of one table: `columns[name]` is a plain list per field (list-typed
     fields hold a sequence, e.g. a torch.Size, or None per row), or an array('q') for a
-    non-nullable integer field. Both append, index, `del column[n:]` and `len()` alike."""
+    non-nullable integer field. Both append, index, `del column[n:]` and `len()` alike.
+    A group of BUFFER_GROUPS is one list column named after the group, holding a tuple of
+    its fields' values per row (in the group's order) instead of those fields' columns."""
 
-    def __init__(self, name: str, schema: pa.Schema) -> None:
+    def __init__(self, name: str, schema: pa.Schema, groups: dict[str, tuple[str, ...]] | None = None) -> None:
         self.name = name
         self.schema = schema
-        self.columns: dict[str, list | array] = {f.name: array("q") if _compact(f) else [] for f in schema}
+        self.groups = dict(BUFFER_GROUPS.get(name, {}) if groups is None else groups)
+        grouped = {member for members in self.groups.values() for member in members}
+        unknown = grouped - set(schema.names)
+        if unknown:
+            raise AssertionError(f"buffer groups of {name} name fields it does not have: {sorted(unknown)}")
+        self.columns: dict[str, list | array] = {
+            f.name: array("q") if _compact(f) else [] for f in schema if f.name not in grouped
+        }
+        for group in self.groups:
+            self.columns[group] = []
 
     def clear(self) -> None:
         # In place: hot paths keep references to these very lists.
@@ -48,13 +71,25 @@ class TableBuffer:
 
     def append(self, **values) -> None:
         """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
+        groups = self.groups
         for name, column in self.columns.items():
-            column.append(values.get(name))
+            members = groups.get(name)
+            column.append(values.get(name) if members is None else tuple(values.get(m) for m in members))
+
+    def field_values(self) -> dict[str, list | array]:
+        """Every field's values in row order, groups unzipped into their fields."""
+        fields = {name: column for name, column in self.columns.items() if name not in self.groups}
+        for group, members in self.groups.items():
+            rows = self.columns[group]
+            unzipped = list(zip(*rows)) if rows else [()] * len(members)
+            fields.update({member: list(values) for member, values in zip(members, unzipped)})
+        return fields
 
     def to_arrow(self) -> pa.Table:
         arrays = []
+        fields = self.field_values()
         for f in self.schema:
-            column = self.columns[f.name]
+            column = fields[f.name]
             if isinstance(column, array):  # a copy of its buffer: the array stays resizable
                 values = pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(column.tobytes())])
                 arrays.append(values.cast(f.type))

@@ -64,10 +64,13 @@ def storage_pointer(t: torch.Tensor) -> int:
         return -1
 
 
+# The buffer's physical columns: a row's kind (dtype, element_size, device, requires_grad,
+# is_meta, is_parameter, parameter) is one interned tuple (capture/table_buffer.py BUFFER_GROUPS).
 _ROW_COLUMNS = (
-    "tensor_id", "uid", "version", "first_seq", "shape", "stride", "storage_offset", "dtype", "element_size",
-    "device", "requires_grad", "numel", "is_meta", "storage_ptr", "is_parameter", "parameter", "nnz", "is01",
+    "tensor_id", "uid", "version", "first_seq", "shape", "stride", "storage_offset", "$kind", "numel",
+    "storage_ptr", "nnz", "is01",
 )
+_KIND = ("dtype", "element_size", "device", "requires_grad", "is_meta", "is_parameter", "parameter")
 
 
 def has_values(t: torch.Tensor) -> bool:
@@ -198,7 +201,9 @@ class TensorRegistry:
         self._refs: dict[weakref.ref, tuple[int, int]] = {}  # weakref -> (id, uid)
         # (dtype, device) -> (dtype name, element size, device string)
         self._kinds: dict[tuple, tuple[str, int, str]] = {}
-        if set(_ROW_COLUMNS) != set(rows.columns):
+        # (dtype, device, requires_grad, is_meta, parameter name) -> the row's interned kind tuple
+        self._row_kinds: dict[tuple, tuple] = {}
+        if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$kind") != _KIND:
             raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
         self._tuples: dict[tuple, tuple] = {}  # shapes and strides, one object per distinct value
@@ -313,10 +318,16 @@ class TensorRegistry:
         tuples = self._tuples
         if len(tuples) > 65536:
             tuples.clear()
+        row_key = (kind_key, requires_grad, is_meta, name)
+        row_kind = self._row_kinds.get(row_key)
+        if row_kind is None:
+            if len(self._row_kinds) > 4096:
+                self._row_kinds.clear()
+            row_kind = self._row_kinds[row_key] = (kind[0], kind[1], kind[2], requires_grad, is_meta,
+                                                   name is not None, name)
         a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](tuples.setdefault(shape, shape))
-        a[5](tuples.setdefault(stride, stride)); a[6](offset); a[7](kind[0]); a[8](kind[1]); a[9](kind[2])
-        a[10](requires_grad); a[11](numel); a[12](is_meta); a[13](storage); a[14](name is not None)
-        a[15](name); a[16](nnz); a[17](is01)
+        a[5](tuples.setdefault(stride, stride)); a[6](offset); a[7](row_kind); a[8](numel); a[9](storage)
+        a[10](nnz); a[11](is01)
         if pending:
             self.pending.append((len(self._columns[0]) - 1, stats))
 
