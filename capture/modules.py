@@ -1,23 +1,37 @@
 """The module catalog: one `modules` row per nn.Module seen, with the facts analyses key on.
 
 Class MROs are stored as qualified names, so the analysis recognises SpikingJelly BaseNode
-subclasses, snnTorch or Norse neurons without importing them. Attributes are the module's
-simple values (numbers, strings, tuples, dtypes) plus a few well-known properties that
-neuron libraries keep behind getters (step_mode, v_threshold, ...). A callable attribute
-such as a surrogate function is stored as its class plus its own simple attributes.
+subclasses, snnTorch or Norse neurons without importing them (analyze/neurons.py). Attributes
+are the module's simple values (numbers, strings, tuples, dtypes) plus what neuron libraries
+keep elsewhere:
+* properties behind getters (SpikingJelly's step_mode, v_threshold, ...; snnTorch's
+  reset_mechanism);
+* a few well-known neuron parameters kept as tensors (snnTorch's beta, alpha, threshold,
+  graded_spikes_factor, V): their value when the module was first seen, a number for a
+  one-element tensor, a list for a small one, else {"$tensor": shape};
+* a parameter namedtuple (Norse's `p`: tau_mem_inv, v_th, v_reset, ...) as a dict of its fields,
+  tensors as above.
+A callable attribute such as a surrogate function is stored as its class plus its own simple
+attributes, a function also by its qualified name ("$function"; Norse's reset_method).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import types
 
 import torch
 
 from capture.table_buffer import TableBuffer
+from capture.tensors import excluded_from_modes
 
 # Properties neuron libraries expose through getters rather than instance attributes.
-_PROPERTY_ATTRIBUTES = ("step_mode", "v_threshold", "v_reset", "tau", "decay_input", "detach_reset", "backend", "store_v_seq")
+_PROPERTY_ATTRIBUTES = ("step_mode", "v_threshold", "v_reset", "tau", "decay_input", "detach_reset", "backend",
+                        "store_v_seq", "reset_mechanism")
+# Neuron parameters snnTorch keeps as buffers or parameters (tensors): stored by value.
+_TENSOR_ATTRIBUTES = ("beta", "alpha", "threshold", "graded_spikes_factor", "V")
+_LARGEST_TENSOR_VALUE = 16  # elements; a larger tensor is stored as its shape
 # Private attributes that rules need (SpikingJelly's NMAC pads with it).
 _PRIVATE_ATTRIBUTES = ("_reversed_padding_repeated_twice",)
 
@@ -40,8 +54,41 @@ def _simple(value, depth: int = 0):
     return NotImplemented
 
 
+def _tensor_value(tensor: torch.Tensor):
+    """A small tensor's value (a number, or a list), else its shape; read once per module."""
+    if tensor.is_meta or tensor.is_sparse or tensor.numel() > _LARGEST_TENSOR_VALUE:
+        return {"$tensor": list(tensor.shape)}
+    with excluded_from_modes():  # a module first seen inside a hook: no dispatch mode may see these reads
+        values = tensor.detach().reshape(-1).tolist()
+    simple = _simple(values[0] if tensor.numel() == 1 else values)
+    return {"$tensor": list(tensor.shape)} if simple is NotImplemented else simple
+
+
+def _describe_parameters(value) -> dict:
+    """A parameter namedtuple (Norse's LIFParameters): its fields, tensors by value."""
+    described = {"$class": qualified_name(type(value))}
+    for key in value._fields:
+        field = getattr(value, key)
+        if isinstance(field, torch.Tensor):
+            described[key] = _tensor_value(field)
+        elif (simple := _simple(field)) is not NotImplemented:
+            described[key] = simple
+        elif callable(field):
+            described[key] = _describe_object(field)
+    return described
+
+
+def _function_name(value) -> str | None:
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else None
+
+
 def _describe_object(value) -> dict:
     described = {"$class": qualified_name(type(value))}
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        name = _function_name(value)
+        if name is not None:
+            described["$function"] = name
     for key, attr in vars(value).items() if hasattr(value, "__dict__") else ():
         if not key.startswith("_") and not isinstance(attr, torch.nn.Module):
             simple = _simple(attr)
@@ -55,11 +102,19 @@ def module_attributes(module: torch.nn.Module) -> dict:
     for key, value in vars(module).items():
         if key.startswith("_") and key not in _PRIVATE_ATTRIBUTES:
             continue
-        simple = _simple(value)
-        if simple is not NotImplemented:
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple, by field name
+            attributes[key] = _describe_parameters(value)
+        elif (simple := _simple(value)) is not NotImplemented:
             attributes[key] = simple
         elif callable(value) and not isinstance(value, torch.Tensor):
             attributes[key] = _describe_object(value)
+    for key in _TENSOR_ATTRIBUTES:
+        try:
+            value = getattr(module, key, None)
+            if key not in attributes and isinstance(value, torch.Tensor):
+                attributes[key] = _tensor_value(value)
+        except Exception:  # a getter or a tensor whose values cannot be read here
+            continue
     for key in _PROPERTY_ATTRIBUTES:
         if key not in attributes and hasattr(type(module), key):
             try:

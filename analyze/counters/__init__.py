@@ -154,7 +154,8 @@ def count(
     for name in module_names:
         for macro in MACROS:
             trace.con.execute(macro)
-        frame = MODULE_COUNTERS[name](trace, ignored, where=_where(stage, phase, step, rank, recompute=recompute))
+        frame = MODULE_COUNTERS[name](trace, ignored, where=_where(stage, phase, step, rank, recompute=recompute),
+                                      compat=compat)
         frame = frame.rename(columns={"metric": "op"}).assign(counter=name)[["counter", "scope", "op", "value"]]
         result.frame = pd.concat([result.frame, frame], ignore_index=True)
     return result

@@ -7,7 +7,11 @@ Conv1d/2d/3d and subclasses) or a neuron (BaseNode subclass) of the model:
   input x, and numel(out) * in_features or numel(out) * prod(w.shape[1:]) otherwise;
   bias_read_bytes = numel(out) * bias element size;
 * neuron: neuron_state_read_bytes = neuron_state_write_bytes = the bytes of its memories
-  after the forward, times T in multi-step mode.
+  after the forward, times T in multi-step mode. An snnTorch or Norse neuron (analyze/neurons.py;
+  default mode only, SpikingJelly knows BaseNode alone) keeps no `_memories`: its state is
+  read and written once per step like a SpikingJelly neuron's, so its bytes are its state
+  variables (Leaky 1, Synaptic 2, Alpha 3, RLeaky 2 with its last spikes, Norse LIFCell/LIF 2,
+  LIFBoxCell 1) times the numel and element size of its output spikes (all T steps of them).
 Scopes are the static ones of SpikingJelly's ModuleCounterMode: "Global", the root class
 name and "Root.<every dotted prefix of the module's path>".
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyze import neurons
 from analyze.trace.views import record_key
 
 METRICS = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes", "neuron_state_write_bytes")
@@ -28,7 +33,7 @@ SYNAPTIC_CLASSES = (
     "torch.nn.modules.conv.Conv2d",
     "torch.nn.modules.conv.Conv3d",
 )
-NEURON_CLASS = "spikingjelly.activation_based.neuron.base_node.BaseNode"
+MODEL = "neuromorphic_memory_access"
 LINEAR_CLASS = SYNAPTIC_CLASSES[0]
 ELEMENT_SIZE = (
     "CASE {dtype} WHEN 'float64' THEN 8 WHEN 'int64' THEN 8 WHEN 'complex64' THEN 8 WHEN 'float32' THEN 4"
@@ -42,11 +47,12 @@ def _list(names) -> str:
 
 CALLS_SQL = f"""
 WITH model_modules AS (
-    SELECT rank, module_id, path, mro, attributes, parameters,
-           list_has_any(mro, {_list(SYNAPTIC_CLASSES)}) AS synaptic,
-           list_contains(mro, '{LINEAR_CLASS}') AS linear,
-           list_contains(mro, '{NEURON_CLASS}') AS neuron
-    FROM modules WHERE in_model
+    SELECT m.rank, m.module_id, m.path, m.mro, m.attributes, m.parameters,
+           list_has_any(m.mro, {_list(SYNAPTIC_CLASSES)}) AS synaptic,
+           list_contains(m.mro, '{LINEAR_CLASS}') AS linear,
+           n.module_id IS NOT NULL AS neuron, n.framework <> 'spikingjelly' AS foreign_neuron, n.states
+    FROM modules m LEFT JOIN ({{neurons}}) n ON n.rank = m.rank AND n.module_id = m.module_id
+    WHERE m.in_model
 ),
 weights AS (
     SELECT m.rank, m.module_id, p->>'name' AS name, (p->'shape')::BIGINT[] AS shape, p->>'dtype' AS dtype
@@ -86,7 +92,8 @@ SELECT c.rank, c.module_id, m.path, c.stage, c.phase, c.step,
     END AS weight_read_bytes,
     CASE WHEN m.synaptic THEN CASE WHEN bias.name IS NULL THEN 0
          ELSE o.numel * ({ELEMENT_SIZE.format(dtype="bias.dtype")}) END END AS bias_read_bytes,
-    CASE WHEN m.neuron AND NOT m.synaptic THEN
+    CASE WHEN m.neuron AND NOT m.synaptic AND m.foreign_neuron THEN coalesce(o.numel * o.element_size * m.states, 0)
+         WHEN m.neuron AND NOT m.synaptic THEN
         coalesce(st.state_bytes, 0) * CASE WHEN m.attributes->>'step_mode' = 'm' THEN x.shape[1] ELSE 1 END
     END AS neuron_state_bytes
 FROM calls c JOIN model_modules m ON m.rank = c.rank AND m.module_id = c.module_id AND (m.synaptic OR m.neuron)
@@ -139,22 +146,24 @@ def _columns(names, allowed=GROUPS) -> list[str]:
     return list(names)
 
 
-def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true", group_by=()) -> pd.DataFrame:
+def neuromorphic_memory_access(trace, ignore_modules=(), where: str = "true", group_by=(),
+                               compat: str | None = None) -> pd.DataFrame:
     """Tidy frame: scope, [group_by columns,] metric, value (SpikingJelly's get_counts() of
     the counter, per group: the groups of a scope add up to its count).
 
     `where` selects forward calls by their module_events columns (stage, phase, step, rank);
-    `group_by` splits the counts by those of GROUPS (a forward call's, from its pre hook)."""
-    return with_totals(trace, ignore_modules, where, group_by)[0]
+    `group_by` splits the counts by those of GROUPS (a forward call's, from its pre hook);
+    compat="spikingjelly" counts SpikingJelly's neurons only, as the reference does."""
+    return with_totals(trace, ignore_modules, where, group_by, compat=compat)[0]
 
 
-def with_totals(trace, ignore_modules=(), where: str = "true", group_by=(), totals_by=()):
+def with_totals(trace, ignore_modules=(), where: str = "true", group_by=(), totals_by=(), compat: str | None = None):
     """(neuromorphic_memory_access's frame, the Global counts per `totals_by` columns of
     GROUPS: <totals_by>, metric, value, or None). The per-call values are computed once, in a
     temporary table, for both."""
     groups, totals_groups = _columns(group_by), _columns(totals_by)
     trace.con.execute(CONV_TAPS_SQL.replace("{where}", where))
-    calls = CALLS_SQL.replace("{where}", where)
+    calls = CALLS_SQL.replace("{where}", where).replace("{neurons}", neurons.table_sql(MODEL, compat))
     if ignore_modules:
         listed = _list(ignore_modules)
         # Skipped when the module or an ancestor (by path) is an instance of an ignored class.

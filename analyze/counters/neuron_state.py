@@ -16,7 +16,15 @@ Default vs compat="spikingjelly" (docs/deviations.md 5 and 1):
   whose memories hold no tensor yet; SpikingJelly tracks it only when no state storage at
   all is alive, so after the first neuron of a forward the others count 0;
 * only neurons really running are active; SpikingJelly also uses those its tracker left
-  active after backward.
+  active after backward;
+* snnTorch and Norse neurons (analyze/neurons.py) are neurons too; SpikingJelly recognises
+  BaseNode subclasses only. They keep no `_memories`: their memories at a call are the state
+  tensors it was handed (every tensor input after the first, e.g. snnTorch's `mem`, Norse's
+  `state`), and the ops that create a state when none was handed (Norse's `zeros`/`clone`,
+  snnTorch's `zeros_like`) register it, as a SpikingJelly neuron's first `full_like` does.
+  From there the replay is SpikingJelly's: a state-writing op's output is state while alive,
+  but for one rule: in their ops a spike gate must have the output's size and a dimension
+  (their thresholds and rest potentials are 0-dim tensors, "binary" at 1.0 or 0.0).
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyze import neurons as neuron_models
 from analyze.counters.engine import ignored_scopes_sql
 
-NEURON_CLASS = "spikingjelly.activation_based.neuron.base_node.BaseNode"
+MODEL = "neuron_state"
 
 METRICS = (
     "state_reads", "state_writes", "state_adds", "state_muls", "state_comps", "state_nonlinear_ops",
@@ -60,7 +69,7 @@ IGNORED_PREFIXES = (
     "aten.slice", "aten.select.int", "aten.select_copy", "aten.unsqueeze", "aten.squeeze",
     "aten.transpose", "aten.permute", "aten.lift_fresh",
 )
-MATERIALISATIONS = {"aten.full_like.default", "aten.zeros_like.default"}
+MATERIALISATIONS = frozenset(neuron_models.SPIKINGJELLY_MATERIALISATIONS)
 # SpikingJelly's fused CUDA neuron ops: the argument positions that hold state.
 REGISTERED_NEURON_OPS = {
     "sj_if": (1,), "sj_lif": (1,), "sj_plif": (1,), "sj_qif": (1,), "sj_eif": (1,),
@@ -86,7 +95,7 @@ def _neuron_events_sql(where_ignored: str, compat: str | None) -> str:
             SELECT s.rank, s.scope_id, list(a.module_id ORDER BY a.module_id) AS neurons
             FROM scopes s, UNNEST(s.active_modules) AS a(module_id)
             JOIN modules m ON m.rank = s.rank AND m.module_id = a.module_id
-            WHERE list_contains(m.mro, '{NEURON_CLASS}') {running}
+            WHERE {neuron_models.is_neuron("m.mro", MODEL, compat)} {running}
             GROUP BY s.rank, s.scope_id
         )
         SELECT e.rank, e.seq, e.op, a.neurons
@@ -100,7 +109,7 @@ def _uses_sql(events_table: str) -> str:
     return f"""
         SELECT u.rank, u.seq, u.role, u.position, {_storage_key_sql('t')} AS key,
                t.numel, t.element_size, t.nnz, t.is01, t.is_meta, t.dtype = 'bool' AS is_bool,
-               t.device, t.shape[1] AS dim0, coalesce(t.freed_seq, -1) AS freed_seq
+               t.device, t.shape[1] AS dim0, coalesce(t.freed_seq, -1) AS freed_seq, len(t.shape) AS ndim
         FROM event_tensors u JOIN {events_table} e ON e.rank = u.rank AND e.seq = u.seq
         JOIN tensors t ON t.rank = u.rank AND t.tensor_id = u.tensor_id
         ORDER BY u.rank, u.seq, u.k
@@ -108,16 +117,44 @@ def _uses_sql(events_table: str) -> str:
 
 
 _SNAPSHOTS_SQL = f"""
-    SELECT nm.rank, nm.seq, nm.module_id, nm.name, CASE WHEN nm.kind = 'tensor' THEN {_storage_key_sql('t')} END AS key
+    SELECT nm.rank, nm.seq, nm.module_id, nm.name, CASE WHEN nm.kind = 'tensor' THEN {_storage_key_sql('t')} END AS key,
+           1 AS ord
     FROM neuron_memories nm LEFT JOIN tensor_states t ON t.rank = nm.rank AND t.tensor_id = nm.tensor_id
-    ORDER BY nm.rank, nm.seq
 """
+CALL_START = "$call"  # a snapshot row that empties the neuron's memories (a foreign neuron's call starts)
+
+
+def _foreign_snapshots_sql(compat: str | None) -> str:
+    """Memory snapshots of snnTorch/Norse neurons: at each forward call, the tensors it was handed
+    after its input (an empty placeholder, snnTorch's zeros(0), holds no state)."""
+    table = neuron_models.table_sql(MODEL, compat)
+    return f"""
+    WITH calls AS (
+        SELECT pre.rank, pre.seq, pre.module_id, pre.inputs[2:] || coalesce(post.kwarg_inputs, []) AS handed
+        FROM module_events pre
+        JOIN ({table}) n ON n.rank = pre.rank AND n.module_id = pre.module_id AND n.framework <> 'spikingjelly'
+        LEFT JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id
+         AND post.call_index = pre.call_index AND post.kind = 'forward_post'
+        WHERE pre.kind = 'forward_pre'
+    ),
+    handed AS (SELECT rank, seq, module_id, unnest(handed) AS tensor_id, generate_subscripts(handed, 1) AS i FROM calls)
+    SELECT rank, seq, module_id, '{CALL_START}' AS name, NULL AS key, 0 AS ord FROM calls
+    UNION ALL
+    SELECT h.rank, h.seq, h.module_id, 'state' || h.i, {_storage_key_sql('t')}, 1
+    FROM handed h JOIN tensor_states t ON t.rank = h.rank AND t.tensor_id = h.tensor_id
+    WHERE t.numel > 0
+    """
+
+
+def _snapshots_sql(compat: str | None) -> str:
+    return f"SELECT * FROM (({_SNAPSHOTS_SQL}) UNION ALL ({_foreign_snapshots_sql(compat)})) ORDER BY rank, seq, ord"
 
 
 class _Replay:
     """SpikingJelly's NeuronStateCounter.count over one rank's neuron events, in order."""
 
-    def __init__(self, snapshots: pd.DataFrame, compat: str | None, zero_ratio_threshold: float, sparse: bool):
+    def __init__(self, snapshots: pd.DataFrame, compat: str | None, zero_ratio_threshold: float, sparse: bool,
+                 materialisations: dict[int, frozenset] | None = None, foreign: frozenset = frozenset()):
         self.snapshot_seq = snapshots["seq"].to_numpy()
         self.snapshot_rows = list(zip(snapshots["module_id"], snapshots["name"], snapshots["key"]))
         self.next_snapshot = 0
@@ -126,11 +163,16 @@ class _Replay:
         self.compat = compat
         self.threshold = zero_ratio_threshold
         self.sparse = sparse
+        self.materialisations = materialisations or {}  # module_id -> the ops creating its state
+        self.foreign = foreign  # module ids of snnTorch/Norse neurons
 
     def _advance_memories(self, seq: int) -> None:
         # A snapshot at seq s holds for the record s onwards (taken right after it).
         end = int(np.searchsorted(self.snapshot_seq, seq, side="right"))
         for module_id, name, key in self.snapshot_rows[self.next_snapshot:end]:
+            if name == CALL_START:
+                self.memories[int(module_id)] = {}
+                continue
             self.memories.setdefault(int(module_id), {})[name] = None if key is None or key != key else key
         self.next_snapshot = end
 
@@ -151,7 +193,7 @@ class _Replay:
         """(metrics, buffer bytes) of one op, or None when it touches no state.
 
         `uses`: (role, position, numel, element_size, nnz, is01, is_meta, is_bool, key, device,
-        dim0, freed_seq) per tensor of the op."""
+        dim0, freed_seq, ndim) per tensor of the op."""
         namespace = op.split(".", 1)[0]
         positions = REGISTERED_NEURON_OPS.get(namespace)
         args = {u[1]: u for u in uses if u[0] == "arg"}
@@ -168,7 +210,7 @@ class _Replay:
         keys = memory_keys | {key for _, key in self.refs}
         # compat: SpikingJelly materialises only when no state storage is alive at all
         unmaterialised = not (keys if self.compat == "spikingjelly" else memory_keys)
-        if unmaterialised and op in MATERIALISATIONS:
+        if unmaterialised and any(op in self.materialisations.get(m, MATERIALISATIONS) for m in neurons):
             first_out = next((u for u in uses if u[0] == "out"), None)
             if first_out is not None:
                 self.refs.append((first_out[11], first_out[8]))
@@ -189,6 +231,12 @@ class _Replay:
         written = targets if copy_into_state else outputs
         out_numel = sum(u[2] for u in outputs)
         drivers = [u for u in inputs if u[8] not in keys and self.sparse and self._is_driver(u)]
+        if drivers and self.foreign.intersection(neurons):
+            # a driver gates the elements it meets: spikes. snnTorch's threshold and Norse's v_leak,
+            # v_reset (0-dim tensors, 1.0 and 0.0 by default, so "binary") are parameters broadcast
+            # over every element: a foreign neuron's op takes only drivers of its output's size
+            # and rank (SpikingJelly's neurons keep such scalars as Python floats)
+            drivers = [u for u in drivers if u[12] > 0 and u[2] >= max((o[2] for o in outputs), default=0)]
         active = max((u[4] for u in drivers), default=0)
         buffer = max(u[2] * u[3] for u in sources + targets)
         if copy_into_state:
@@ -238,12 +286,16 @@ def replay(con, ignore_modules=(), compat: str | None = None, zero_ratio_thresho
     con.register("neuron_event_keys", events[["rank", "seq"]])
     uses = con.execute(_uses_sql("neuron_event_keys")).df()
     con.unregister("neuron_event_keys")
-    snapshots = con.execute(_SNAPSHOTS_SQL).df()
+    snapshots = con.execute(_snapshots_sql(compat)).df()
+    creating = neuron_models.materialisations(con, MODEL, compat)
+    foreign = _foreign_ids(con, compat)
     rows = []
     for rank in events["rank"].unique():
         rank_events = events[events["rank"] == rank]
         rank_uses = uses[uses["rank"] == rank]
-        state = _Replay(snapshots[snapshots["rank"] == rank], compat, zero_ratio_threshold, sparse_memory_estimation)
+        state = _Replay(snapshots[snapshots["rank"] == rank], compat, zero_ratio_threshold, sparse_memory_estimation,
+                        {m: ops for (r, m), ops in creating.items() if r == rank},
+                        frozenset(m for r, m in foreign if r == rank))
         use_seq = rank_uses["seq"].to_numpy()
         freed = rank_uses["freed_seq"].to_numpy().astype(float)
         freed[freed < 0] = _NEVER_FREED
@@ -251,7 +303,7 @@ def replay(con, ignore_modules=(), compat: str | None = None, zero_ratio_thresho
             rank_uses["role"], rank_uses["position"].fillna(-1).astype(int), rank_uses["numel"].astype(int),
             rank_uses["element_size"].astype(int), _optional_ints(rank_uses["nnz"]), _optional(rank_uses["is01"]),
             rank_uses["is_meta"], rank_uses["is_bool"], rank_uses["key"], rank_uses["device"],
-            rank_uses["dim0"].fillna(0).astype(int), freed,
+            rank_uses["dim0"].fillna(0).astype(int), freed, rank_uses["ndim"].fillna(0).astype(int),
         ))
         seqs = rank_events["seq"].to_numpy()
         starts = np.searchsorted(use_seq, seqs, side="left")
@@ -266,6 +318,12 @@ def replay(con, ignore_modules=(), compat: str | None = None, zero_ratio_thresho
     columns = ["rank", "seq", "value", *METRICS, REGISTERED_METRIC, *PROJECTION]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.astype({c: "int64" for c in columns if c != REGISTERED_METRIC}).astype({REGISTERED_METRIC: "Int64"})
+
+
+def _foreign_ids(con, compat: str | None) -> set[tuple[int, int]]:
+    rows = con.execute(f"SELECT rank, module_id FROM ({neuron_models.table_sql(MODEL, compat)}) "
+                       "WHERE framework <> 'spikingjelly'").fetchall()
+    return {(int(r), int(m)) for r, m in rows}
 
 
 def _optional(series: pd.Series) -> list:
@@ -296,7 +354,7 @@ def neuron_state(con, *, where: str = "true", group_by: tuple[str, ...] = (), ig
         SELECT p.scope, e.op{groups}, CAST(coalesce(sum(v.value), 0) AS BIGINT) AS value
         FROM ({selected}) e LEFT JOIN neuron_state_values v ON v.rank = e.rank AND v.seq = e.seq
         JOIN scopes s ON s.rank = e.rank AND s.scope_id = e.scope_id, UNNEST(s.parents) AS p(scope)
-        GROUP BY ALL
+        GROUP BY ALL ORDER BY ALL
     """).df()
     sums = ", ".join(f"sum(v.{m}) AS {m}" for m in (*METRICS, REGISTERED_METRIC))
     projections = ", ".join(
@@ -306,7 +364,7 @@ def neuron_state(con, *, where: str = "true", group_by: tuple[str, ...] = (), ig
         SELECT p.scope, {sums}, {projections}
         FROM ({selected}) e JOIN neuron_state_values v ON v.rank = e.rank AND v.seq = e.seq
         JOIN scopes s ON s.rank = e.rank AND s.scope_id = e.scope_id, UNNEST(s.parents) AS p(scope)
-        GROUP BY p.scope
+        GROUP BY p.scope ORDER BY p.scope
     """).df()
     con.unregister("neuron_state_values")
     long = []
@@ -314,4 +372,6 @@ def neuron_state(con, *, where: str = "true", group_by: tuple[str, ...] = (), ig
         melted = details.melt(id_vars="scope", value_vars=list(names), var_name="metric", value_name="value")
         long.append(melted.dropna(subset=["value"]).assign(family=family))
     details = pd.concat(long, ignore_index=True)[["family", "scope", "metric", "value"]]
+    # by family, scope, then the metric's place in METRICS / PROJECTION (melt's order, kept by a stable sort)
+    details = details.sort_values(["family", "scope"], kind="stable", ignore_index=True)
     return counts, details.astype({"value": "int64"})

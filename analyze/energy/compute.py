@@ -170,7 +170,8 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
                           group_by=("stage",), totals_by=tuple(GROUPS), ignore_modules=ignored, compat=compat)
     for macro in MACROS:
         trace.con.execute(macro)
-    memory, memory_totals = with_totals(trace, ignored, where=where, group_by=("stage",), totals_by=GROUPS)
+    memory, memory_totals = with_totals(trace, ignored, where=where, group_by=("stage",), totals_by=GROUPS,
+                                        compat=compat)
     counts = [result.frame.rename(columns={"counter": "quantity"}), memory.rename(columns={"metric": "quantity"})]
     steps = [result.group_totals.rename(columns={"counter": "quantity"}),
              memory_totals.rename(columns={"metric": "quantity"})]

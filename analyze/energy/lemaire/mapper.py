@@ -22,19 +22,20 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analyze import neurons
 from analyze.counters import _ignore_names, _where
 from analyze.counters.sql import MACROS
 from analyze.energy.lemaire import residual
 from analyze.energy.lemaire.sql import (
     ACCESS_MACRO,
-    CALL_FACTS_SQL,
     CONVENTIONS,
-    NEURON_CLASS,
-    QUALIA_LAYERS_SQL,
+    MODEL,
     QUALIA_TIMESTEPS_SQL,
     SPIKINGJELLY_SQL,
-    UNSUPPORTED_SQL,
+    call_facts_sql,
+    qualia_layers_sql,
     quoted_list,
+    unsupported_sql,
 )
 
 
@@ -73,11 +74,11 @@ def _not_ignored(ignored: list[str], alias: str = "m", path: str = "path") -> st
         AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name)))"""
 
 
-def call_facts(trace, where: str, ignored: list[str]) -> None:
+def call_facts(trace, where: str, ignored: list[str], compat: str | None = None) -> None:
     """Materialise the per-call facts of the selection as the temporary table `lemaire_facts`."""
     for macro in (*MACROS, ACCESS_MACRO):
         trace.con.execute(macro)
-    query = CALL_FACTS_SQL.replace("{where}", where)
+    query = call_facts_sql(where, compat)
     trace.con.execute(f"CREATE OR REPLACE TEMP TABLE lemaire_facts AS SELECT * FROM ({query}) v "
                       f"WHERE {_not_ignored(ignored, 'v', 'module')}")
 
@@ -98,8 +99,8 @@ def _check_facts(trace) -> None:
                          "(was it captured with value statistics off?)")
 
 
-def _unsupported(trace, ignored: list[str]) -> list[str]:
-    frame = trace.sql(UNSUPPORTED_SQL.replace("{not_ignored}", _not_ignored(ignored)))
+def _unsupported(trace, ignored: list[str], compat: str | None = None) -> list[str]:
+    frame = trace.sql(unsupported_sql(_not_ignored(ignored), compat))
     return [name.rsplit(".", 1)[-1] for name in frame["class_name"]]
 
 
@@ -191,7 +192,7 @@ def qualia_layer_terms(layer, T: float) -> list[tuple[str, str, float, float | N
     return terms
 
 
-def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str) -> None:
+def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str, compat: str | None = None) -> None:
     T, notes = _timesteps(trace, timesteps)
     adds = residual.add_inputs(trace, where)
     trace.con.register("lemaire_binary_add_frame", residual.binary_add_outputs(adds))
@@ -199,8 +200,13 @@ def qualia_activity(trace, result: LemaireActivity, *, timesteps, where: str) ->
                       "SELECT rank::INTEGER AS rank, out_id::BIGINT AS out_id, out_sum::DOUBLE AS out_sum "
                       "FROM lemaire_binary_add_frame")
     trace.con.unregister("lemaire_binary_add_frame")
-    layers = trace.sql(QUALIA_LAYERS_SQL.replace("{where}", where))
+    layers = trace.sql(qualia_layers_sql(where, compat))
     parts, warnings = [], list(notes)
+    for path, name, potentials in neurons.several_potentials(trace, MODEL, compat):
+        if path in set(layers["consumer"].dropna()):
+            warnings.append(f"qualia: {path} ({name}) integrates {len(potentials)} state variables per step "
+                            f"({', '.join(potentials)}); Qualia's LIF layer holds one potential: "
+                            f"{', '.join(potentials[:-1])} is not costed")
     for layer in layers.itertuples(index=False):  # one row per model layer, not per event
         if layer.conv3d:
             warnings.append(f"qualia: {layer.module} is a Conv3d, which Qualia does not cost; its energy is omitted")
@@ -236,14 +242,14 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         raise ValueError(f"lemaire: unknown convention(s) {bad}; choose from {CONVENTIONS}")
     ignored = _ignore_names(ignore_modules)
     where = _where(stage=stage, step=step, rank=rank, recompute=recompute)
-    call_facts(trace, where, ignored)
+    call_facts(trace, where, ignored, compat)
     _check_facts(trace)
-    unsupported = _unsupported(trace, ignored)
+    unsupported = _unsupported(trace, ignored, compat)
     warnings = [f"Lemaire formulas do not support {name}; its energy is omitted." for name in unsupported]
     if strict and warnings and conventions == ("spikingjelly",):
         raise ValueError(warnings[0])  # else the costing raises it, for the spikingjelly convention only
     model_has_neurons = bool(trace.sql(
-        f"SELECT count(*) AS n FROM modules WHERE in_model AND list_contains(mro, '{NEURON_CLASS}')")["n"][0])
+        f"SELECT count(*) AS n FROM modules WHERE in_model AND {neurons.is_neuron('mro', MODEL, compat)}")["n"][0])
     if "spikingjelly" in conventions:
         calls, accesses = spikingjelly_activity(trace, model_has_neurons)
     else:
@@ -254,6 +260,10 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     result = LemaireActivity(calls, accesses, warnings, unsupported, model_has_neurons, conventions=conventions)
     if not len(trace.sql("SELECT 1 FROM lemaire_facts LIMIT 1")):
         result.warnings.append("no Linear/Conv or IF/LIF forward call was selected: the Lemaire energy is 0")
+    for path, name, potentials in neurons.several_potentials(trace, MODEL, compat):
+        result.warnings.append(f"{path} ({name}) integrates {len(potentials)} state variables per step "
+                               f"({', '.join(potentials)}): costed as {len(potentials)} potentials, each read, "
+                               "written and, if it decays, leaked (one MAC) per output and step; Lemaire's neuron has one")
     if "qualia" in conventions:
-        qualia_activity(trace, result, timesteps=timesteps, where=where)
+        qualia_activity(trace, result, timesteps=timesteps, where=where, compat=compat)
     return result

@@ -4,11 +4,10 @@ per-layer terms (mapper.py runs them and documents both conventions)."""
 
 from __future__ import annotations
 
-from analyze.counters.neuromorphic_memory_access import (
-    LINEAR_CLASS,
-    NEURON_CLASS,
-    SYNAPTIC_CLASSES,
-)
+from analyze import neurons
+from analyze.counters.neuromorphic_memory_access import LINEAR_CLASS, SYNAPTIC_CLASSES
+
+MODEL = "lemaire"  # its name for analyze/neurons.py
 
 IF_CLASS = "spikingjelly.activation_based.neuron.integrate_and_fire.IFNode"
 LIF_CLASS = "spikingjelly.activation_based.neuron.lif.LIFNode"
@@ -24,14 +23,23 @@ def quoted_list(names) -> str:
     return "[" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + "]"
 
 
-# One row per forward call of a synaptic module or an IF/LIF neuron of the bound model.
+# One row per forward call of a synaptic module or an IF/LIF neuron of the bound model: a
+# SpikingJelly IFNode/LIFNode or (default mode) an snnTorch/Norse neuron ({neurons} is
+# analyze/neurons.py's table), with its potentials, leak multiplies and reset.
 CALL_FACTS_SQL = f"""
 WITH model_modules AS (
-    SELECT m.rank, m.module_id, m.path, m.class_name, m.mro, m.attributes, m.parameters,
+    SELECT m.rank, m.module_id, m.path, m.class_name, m.mro, m.parameters,
            list_has_any(m.mro, {quoted_list(SYNAPTIC_CLASSES)}) AS synaptic,
            list_contains(m.mro, '{LINEAR_CLASS}') AS linear,
-           list_has_any(m.mro, {quoted_list((IF_CLASS, LIF_CLASS))}) AS lemaire_neuron
-    FROM modules m WHERE m.in_model
+           coalesce(n.framework <> 'spikingjelly', false) AS foreign_neuron,
+           list_has_any(m.mro, {quoted_list((IF_CLASS, LIF_CLASS))}) OR coalesce(n.framework <> 'spikingjelly', false)
+             AS lemaire_neuron,
+           coalesce(n.potentials, 1) AS potentials, coalesce(n.leak_multiplies, 0) AS leak_multiplies, n.reset,
+           CASE WHEN n.framework <> 'spikingjelly' AND n.multi_step  -- Norse's LIF: T steps a call
+                THEN json_merge_patch(m.attributes, '{{"step_mode": "m"}}')
+                ELSE m.attributes END AS attributes
+    FROM modules m LEFT JOIN ({{neurons}}) n ON n.rank = m.rank AND n.module_id = m.module_id
+    WHERE m.in_model
 ),
 weights AS (
     SELECT m.rank, m.module_id,
@@ -56,6 +64,7 @@ SELECT c.rank, c.module_id, m.path AS module, m.class_name, c.call_index, c.stag
        c.pre_seq, c.post_seq, c.x_id, c.out_id,
        CASE WHEN m.synaptic THEN 'synaptic' ELSE 'neuron' END AS role,
        m.linear, list_contains(m.mro, '{LIF_CLASS}') AS lif,
+       m.foreign_neuron, m.potentials, m.leak_multiplies, m.reset,
        list_contains(m.mro, '{STEP_MODULE_CLASS}') AS step_module,
        m.attributes->>'step_mode' AS step_mode,
        x.numel AS x_numel, x.nnz AS x_nnz, x.is01 AS x_is01, x.shape AS x_shape,
@@ -101,9 +110,10 @@ g AS (
 )
 SELECT rank, module_id, module, class_name, call_index, stage, step, role,
     CASE WHEN role = 'neuron' THEN 0 WHEN spike THEN ev_syn ELSE 0 END AS synop,
-    CASE WHEN role = 'neuron' THEN CASE WHEN lif THEN o_numel ELSE 0 END
+    -- a foreign neuron: one leak MAC per potential that decays (analyze/neurons.py), per output and step
+    CASE WHEN role = 'neuron' THEN CASE WHEN foreign_neuron THEN o_numel * leak_multiplies WHEN lif THEN o_numel ELSE 0 END
          WHEN spike THEN 0 ELSE dense END AS mac,
-    CASE WHEN role = 'neuron' THEN o_nnz
+    CASE WHEN role = 'neuron' THEN CASE WHEN foreign_neuron AND reset = 'none' THEN 0 ELSE o_nnz END
          ELSE CASE WHEN spike THEN ev_syn ELSE 0 END + CASE WHEN has_bias THEN o_numel ELSE 0 END END AS ac,
     CASE WHEN role = 'neuron' THEN 0
          WHEN spike THEN ev_fan
@@ -111,9 +121,11 @@ SELECT rank, module_id, module, class_name, call_index, stage, step, role,
          ELSE x_numel + o_numel + out_channels * prod(kernel_size) END AS acc_addr,
     CASE WHEN role = 'synaptic' AND spike AND NOT linear THEN 2 * a ELSE 0 END AS mac_addr,
     -- (access, bytes, capacity bytes, or NULL for the SNN FIFO, whose size the preset sets)
-    CASE WHEN role = 'neuron' THEN [
-            lemaire_access('read_potential_bytes', o_numel // t * {WORD_BYTES} * t, o_numel // t * {WORD_BYTES}),
-            lemaire_access('write_potential_bytes', o_numel // t * {WORD_BYTES} * t, o_numel // t * {WORD_BYTES}),
+    CASE WHEN role = 'neuron' THEN [  -- each of its potentials (1 for SpikingJelly's IF/LIF)
+            lemaire_access('read_potential_bytes', o_numel // t * {WORD_BYTES} * t * potentials,
+                           o_numel // t * {WORD_BYTES} * potentials),
+            lemaire_access('write_potential_bytes', o_numel // t * {WORD_BYTES} * t * potentials,
+                           o_numel // t * {WORD_BYTES} * potentials),
             lemaire_access('write_out_bytes', o_nnz * {WORD_BYTES}, NULL)]
          WHEN spike THEN [
             lemaire_access('read_in_bytes', a * {WORD_BYTES}, NULL),
@@ -130,20 +142,39 @@ FROM g WHERE NOT (role = 'neuron' AND o_numel IS NULL)  -- a neuron whose output
 """
 
 # The modules SpikingJelly's validate_model rejects (once per type, in module order), skipping
-# everything strictly inside a neuron. `ignored` subtrees are skipped too.
+# everything strictly inside a neuron. `ignored` subtrees are skipped too. A neuron is one of
+# analyze/neurons.py (`{neuron}` over an MRO, `{lemaire_neuron}` those costed): a SpikingJelly
+# neuron other than IF/LIF is rejected; an snnTorch/Norse one is costed (default mode) or,
+# under compat, a leaf SpikingJelly does not know.
 UNSUPPORTED_SQL = f"""
 SELECT m.class_name, min(m.module_id) AS first_id
 FROM modules m
 WHERE m.in_model AND NOT EXISTS (
-        SELECT 1 FROM modules n WHERE n.rank = m.rank AND n.in_model AND list_contains(n.mro, '{NEURON_CLASS}')
+        SELECT 1 FROM modules n WHERE n.rank = m.rank AND n.in_model AND {{neuron_n}}
           AND starts_with(m.path, n.path || '.'))
   AND (list_has_any(m.mro, {quoted_list(CONV_TRANSPOSE_CLASSES)})
-       OR (list_contains(m.mro, '{NEURON_CLASS}') AND NOT list_has_any(m.mro, {quoted_list((IF_CLASS, LIF_CLASS))}))
-       OR (NOT list_contains(m.mro, '{NEURON_CLASS}') AND m.is_leaf
+       OR ({{neuron_m}} AND NOT list_has_any(m.mro, {quoted_list((IF_CLASS, LIF_CLASS))}) AND NOT {{foreign_m}})
+       OR (NOT {{neuron_m}} AND m.is_leaf
            AND NOT list_has_any(m.mro, {quoted_list(SYNAPTIC_CLASSES)})))
   AND {{not_ignored}}
 GROUP BY m.class_name ORDER BY first_id
 """
+
+
+def unsupported_sql(not_ignored: str, compat: str | None) -> str:
+    return (UNSUPPORTED_SQL.replace("{not_ignored}", not_ignored)
+            .replace("{neuron_n}", neurons.is_neuron("n.mro", MODEL, compat))
+            .replace("{neuron_m}", neurons.is_neuron("m.mro", MODEL, compat))
+            .replace("{foreign_m}", neurons.is_foreign("m.mro", MODEL, compat)))
+
+
+def call_facts_sql(where: str, compat: str | None) -> str:
+    return CALL_FACTS_SQL.replace("{where}", where).replace("{neurons}", neurons.table_sql(MODEL, compat))
+
+
+def qualia_layers_sql(where: str, compat: str | None) -> str:
+    return (QUALIA_LAYERS_SQL.replace("{where}", where).replace("{neurons}", neurons.table_sql(MODEL, compat))
+            .replace("{foreign_cm}", neurons.is_foreign("cm.mro", MODEL, compat)))
 
 
 def qualia_neuron(mro: str, attributes: str) -> str:
@@ -174,7 +205,7 @@ consumer AS (
     FROM syn s
     JOIN module_events c ON c.rank = s.rank AND c.kind = 'forward_pre' AND c.seq > s.post_seq AND c.inputs[1] = s.out_id
     JOIN modules cm ON cm.rank = c.rank AND cm.module_id = c.module_id AND cm.in_model
-     AND (cm.is_leaf OR {qualia_neuron('cm.mro', 'cm.attributes')})
+     AND (cm.is_leaf OR {qualia_neuron('cm.mro', 'cm.attributes')} OR {{foreign_cm}})
     GROUP BY ALL
 ),
 layers AS (
@@ -193,14 +224,17 @@ layers AS (
     LEFT JOIN lemaire_binary_adds a ON a.rank = s.rank AND a.out_id = s.x_id
     GROUP BY s.module
 ),
-neurons AS (
-    SELECT m.path, any_value({qualia_neuron('m.mro', 'm.attributes')}) AS neuron,
-           any_value({qualia_neuron('m.mro', 'm.attributes')} AND {qualia_leaky('m.attributes')}) AS leak,
+neurons AS (  -- an snnTorch/Norse neuron (default mode) is Qualia's LIF layer when it leaks, else its IF
+    SELECT m.path, any_value({qualia_neuron('m.mro', 'm.attributes')} OR nt.module_id IS NOT NULL) AS neuron,
+           any_value(CASE WHEN nt.module_id IS NOT NULL THEN nt.leak_multiplies > 0
+                          ELSE {qualia_neuron('m.mro', 'm.attributes')} AND {qualia_leaky('m.attributes')} END) AS leak,
            sum(o.nnz)::DOUBLE AS out_nnz, sum(o.numel)::DOUBLE AS out_numel
     FROM (SELECT * FROM module_events WHERE kind = 'forward_pre' AND {{where}}) pre
     JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id
      AND post.call_index = pre.call_index AND post.kind = 'forward_post'
     JOIN modules m ON m.rank = pre.rank AND m.module_id = pre.module_id AND m.in_model
+    LEFT JOIN (SELECT * FROM ({{neurons}}) WHERE framework <> 'spikingjelly') nt
+      ON nt.rank = m.rank AND nt.module_id = m.module_id
     JOIN tensor_states o ON o.rank = post.rank AND o.tensor_id = post.outputs[1]
     WHERE m.path IN (SELECT consumer FROM layers)
     GROUP BY m.path

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analyze import neurons
 from analyze.counters import RECOMPUTE_CHOICES
 from analyze.energy.neuromc import rules
 from analyze.energy.scopes import recompute_default
@@ -152,6 +153,14 @@ def _module_part(trace, selection, spikingjelly, ignore_names, refusals, warning
     if modules["unpaired"].fillna(False).astype(bool).any():
         refusals.append("pop from empty list (a module backward has no recorded forward input)")
         warnings.append("some module backward calls have no recorded forward input; their input counts as non-spiking")
+    somas = set(modules.loc[modules["module_kind"] == "soma", "module"])
+    reference = "spikingjelly" if spikingjelly else None
+    for path, name, potentials in neurons.several_potentials(trace, "neuromc", reference):
+        if path in somas:
+            warnings.append(f"{path} ({name}) integrates {len(potentials)} state variables per step "
+                            f"({', '.join(potentials)}); NeuroMC's soma holds one membrane potential: it is costed "
+                            "as one soma per output element and step, the other state "
+                            f"({', '.join(potentials[:-1])}) is not costed")
     if len(leftovers):
         names = ", ".join(sorted(set(leftovers["class_name"])))
         refusals.append(f"NeuroMC runtime cannot match selective backward calls for repeated modules: {names}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyze import neurons
 from analyze.energy.neuromc import rules as rules
 from analyze.energy.neuromc.sql import (
     ignored_module_condition,
@@ -31,16 +32,20 @@ from analyze.energy.neuromc.sql import (
     used_tensors,
 )
 
+MODEL = "neuromc"  # its name for analyze/neurons.py
+
 KIND = f"""CASE WHEN list_has_any(mro, {quoted_list(rules.CONV_CLASSES)}) THEN 'conv'
     WHEN list_contains(mro, '{rules.CONV3D_CLASS}') THEN 'conv3d'
     WHEN list_contains(mro, '{rules.LINEAR_CLASS}') THEN 'linear'
     WHEN list_has_any(mro, {quoted_list(rules.BATCH_NORM_CLASSES)}) THEN 'bn'
-    WHEN list_contains(mro, '{rules.NEURON_CLASS}') THEN 'soma' END"""
+    WHEN {{neuron}} THEN 'soma' END"""
 
-# Every module of the model with its NeuroMC kind (NULL: no fragment of its own).
+# Every module of the model with its NeuroMC kind (NULL: no fragment of its own). A neuron is
+# a SpikingJelly BaseNode, or (default mode) an snnTorch/Norse neuron of analyze/neurons.py:
+# one soma per output element and step, whatever its model (Norse's LIF runs T steps a call).
 MODULES_SQL = f"""
 SELECT rank, module_id, path, tracker_name, class_name, kind, attributes,
-    coalesce(attributes->>'step_mode', 's') = 'm' AS multi_step,
+    coalesce(attributes->>'step_mode', 's') = 'm' OR {{multi_step_neuron}} AS multi_step,
     coalesce((w[1]->>'numel')::BIGINT, 0) AS weight_numel,
     coalesce((w[1]->>'requires_grad')::BOOLEAN, false) AS weight_requires_grad,
     coalesce(TRY_CAST(attributes->>'groups' AS BIGINT), 1) AS groups,
@@ -261,9 +266,12 @@ FROM parts
 """
 
 
-def _register(con, ignore_names) -> None:
+def _register(con, ignore_names, compat: bool = False) -> None:
     ignored = ignored_module_condition("m.path", "m.rank", ignore_names)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_modules AS {MODULES_SQL.format(ignored=ignored)}")
+    reference = "spikingjelly" if compat else None
+    query = MODULES_SQL.format(ignored=ignored, neuron=neurons.is_neuron("mro", MODEL, reference),
+                               multi_step_neuron=neurons.is_multi_step("mro", MODEL, reference))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_modules AS {query}")
     con.execute("CREATE OR REPLACE TEMP TABLE nmc_supported AS SELECT * FROM nmc_modules WHERE kind IS NOT NULL")
     con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_forward_calls AS {FORWARD_CALLS}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE nmc_backward_calls AS {BACKWARD_CALLS}")
@@ -277,7 +285,7 @@ def module_fragments(trace, *, compat: bool, ignore_names=(),
     bad_layout, unpaired and recompute (with `recompute`, recomputed forwards give fragments);
     leftovers lists modules whose forward inputs were pushed but never popped although the
     module ran backward (SpikingJelly's "selective backward")."""
-    _register(trace.con, ignore_names)
+    _register(trace.con, ignore_names, compat)
     forward = trace.sql(_forward_sql(compat, recompute)).assign(unpaired=False)
     backward = trace.sql(_backward_sql(compat))
     frame = pd.concat([f for f in (forward, backward) if len(f)] or [forward], ignore_index=True)

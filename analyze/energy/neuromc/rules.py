@@ -16,7 +16,8 @@ BATCH_NORM_CLASSES = (
     "torch.nn.modules.batchnorm.BatchNorm2d",
     "torch.nn.modules.batchnorm.BatchNorm3d",
 )
-NEURON_CLASS = "spikingjelly.activation_based.neuron.base_node.BaseNode"
+# Neurons (soma fragments) are those of analyze/neurons.py: SpikingJelly's BaseNode and, in
+# default mode, the snnTorch and Norse neurons.
 
 # -- ops of the trace fallback, and ops that carry no NeuroMC work ------------------------------
 CONVOLUTION = "aten.convolution.default"

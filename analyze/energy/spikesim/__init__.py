@@ -275,6 +275,9 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
     act, sj = activity, compat == "spikingjelly"
     calls = formulas.classify(act.calls, refuse_grad=sj or strict)
     modules = act.modules
+    if not sj and "foreign_neuron" in modules:  # snnTorch/Norse neurons: SpikingJelly knows none of them
+        modules = modules.assign(neuron=modules["neuron"] | modules["foreign_neuron"],
+                                 if_lif=modules["if_lif"] | modules["foreign_if_lif"])
     root = modules[modules["is_root"]]
     training = bool(root["training"].fillna(False).any())
     if training and strict:

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyze import neurons
+
+MODEL = "spikesim"  # its name for analyze/neurons.py
 CONV2D_CLASS = "torch.nn.modules.conv.Conv2d"
 LINEAR_CLASS = "torch.nn.modules.linear.Linear"
-NEURON_CLASSES = ("spikingjelly.activation_based.neuron.base_node.BaseNode",
-                  "spikingjelly.activation_based.neuron.base_node.SimpleBaseNode")
+# SpikingJelly's neurons (BaseNode, SimpleBaseNode), as its counter recognises them; the
+# snnTorch/Norse ones of analyze/neurons.py are flagged apart (costed in default mode only).
+NEURON_CLASSES = tuple(neurons.classes(MODEL, "spikingjelly"))
 # isinstance() targets of SpikingJelly's _SUPPORTED_SPIKESIM_NEURONS (subclasses count too).
 IF_LIF_CLASSES = ("spikingjelly.activation_based.neuron.integrate_and_fire.IFNode",
                   "spikingjelly.activation_based.neuron.lif.LIFNode",
@@ -126,13 +130,17 @@ FROM spikesim_wanted w LEFT JOIN packed_inputs p ON p.rank = w.rank AND p.seq = 
 ORDER BY w.call
 """
 
-# Module forward calls of the selection: Linear layers (not modelled) and neurons (checked).
+# Module forward calls of the selection: Linear layers (not modelled) and neurons (checked). An
+# snnTorch/Norse neuron is an IF/LIF neuron when its model has one potential (Leaky, RLeaky,
+# LIFBoxCell), not when it integrates a synaptic current too (Synaptic, Alpha, LIFCell, LIF).
 MODULE_CALLS_SQL = """
 SELECT m.rank, m.module_id, m.path, m.class_name, m.parent_id IS NULL AS is_root,
        coalesce(m.tracker_name, m.path) AS scope,
        list_contains(m.mro, '{linear}') AS linear,
        list_has_any(m.mro, {neurons}) AS neuron,
        list_has_any(m.mro, {if_lif}) AS if_lif,
+       coalesce(f.framework <> 'spikingjelly', false) AS foreign_neuron,
+       coalesce(f.framework <> 'spikingjelly' AND f.kind IN ('IF', 'LIF'), false) AS foreign_if_lif,
        (m.attributes->>'in_features')::BIGINT AS in_features,
        count(pre.seq) AS calls, bool_or(pre.training) AS training,
        coalesce(sum(o.numel), 0)::BIGINT AS output_elements
@@ -142,6 +150,7 @@ LEFT JOIN (SELECT * FROM module_events WHERE kind = 'forward_pre' AND {where}) p
 LEFT JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id
        AND post.call_index = pre.call_index AND post.kind = 'forward_post'
 LEFT JOIN tensor_states o ON o.rank = post.rank AND o.tensor_id = post.outputs[1]
+LEFT JOIN ({foreign}) f ON f.rank = m.rank AND f.module_id = m.module_id
 WHERE m.in_model {not_ignored}
 GROUP BY ALL
 ORDER BY m.rank, m.module_id
@@ -175,7 +184,7 @@ def map_trace(trace, *, where: str, ignore_scopes_sql: str | None, not_ignored_m
                                        leaf=LEAF_SCOPE, **GEOMETRY_SQL))
     modules = trace.sql(MODULE_CALLS_SQL.format(
         where=where, linear=LINEAR_CLASS, neurons=_list(NEURON_CLASSES), if_lif=_list(IF_LIF_CLASSES),
-        not_ignored=not_ignored_modules))
+        not_ignored=not_ignored_modules, foreign=neurons.table_sql(MODEL)))
     packed = pd.Series([None] * len(calls), index=calls.index, dtype=object)
     wanted = calls[calls["x_binary"].fillna(False).astype(bool) & calls["four_d"]]
     if load_packed and len(wanted):
