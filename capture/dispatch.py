@@ -291,8 +291,10 @@ class OpLog:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:
                     condition = STATISTICS[stat].condition
-                    needed = flags[:1] if condition == "x_binary" else flags
-                    if any(flag is False for flag in needed):
+                    if condition == "forward":  # every call outside backward, whatever the values
+                        if torch._C._current_graph_task_id() != -1:
+                            continue
+                    elif any(flag is False for flag in (flags[:1] if condition == "x_binary" else flags)):
                         continue
                     valid = None
                     if stat in EXPENSIVE and flags[-1] is None:

@@ -5,10 +5,13 @@ time) or a Python number. The condition column of the table decides when a stati
 taken; on CPU the operands' 0/1-ness is known at once, elsewhere a cheap statistic is taken
 unconditionally rather than waiting on the device (the analysis reads it only where the
 condition holds), and the costly both-binary convolution waits on its weight only.
+The NeuroBench pair counts memoise a weight's nonzero counts per parameter version
+(_nonzero_counts): the same value, computed once per optimizer step instead of per call.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import torch
@@ -17,10 +20,41 @@ from capture import conv_taps
 
 
 def _conv_geometry(args):
-    x, w, _bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+    """(x, w, stride, padding, dilation, transposed, output_padding, groups) of
+    aten.convolution, or of an undecomposed aten.conv1d/2d/3d (.default or .padding: input,
+    weight, bias, stride, padding, dilation, groups, trailing defaults omitted), as the
+    aten.convolution it decomposes into sees them: x batched, a string padding applied."""
+    if len(args) == 9 and isinstance(args[6], bool):  # aten.convolution: every argument given
+        x, w, _bias, stride, padding, dilation, transposed, output_padding, groups = args
+    else:
+        x, w = args[0], args[1]
+        stride, padding, dilation, groups = (*args[3:7], *(1, 0, 1, 1)[len(args[3:7]):])
+        transposed, output_padding = False, 0
+        if x.dim() == w.dim() - 1:  # unbatched: conv{n}d adds the batch dim
+            x = x.unsqueeze(0)
+        if isinstance(padding, str):
+            x, padding = _string_padding(x, w, padding, dilation)
     # Any form aten carries (an int, one value for every dim, []) becomes one int per dim.
     stride, padding, dilation, output_padding = conv_taps.geometry(w.dim() - 2, stride, padding, dilation, output_padding)
     return x, w, stride, padding, dilation, bool(transposed), output_padding, int(groups)
+
+
+def _string_padding(x, w, padding: str, dilation):
+    """(x, padding) for padding='valid' (none) or 'same' (dilation * (k - 1) in all per dim, the
+    extra one on the right, as torch pads): x padded with zeros when left and right differ."""
+    if padding == "valid":
+        return x, 0
+    if padding != "same":
+        raise ValueError(f"unknown conv padding {padding!r}")
+    kernel = tuple(int(k) for k in w.shape[2:])
+    _, _, dilation, _ = conv_taps.geometry(len(kernel), 1, 0, dilation, 0)
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    if all(total % 2 == 0 for total in totals):
+        return x, [total // 2 for total in totals]
+    pads = []  # constant_pad_nd's order: the last dim first, (left, right) each
+    for total in reversed(totals):
+        pads += [total // 2, total - total // 2]
+    return torch.constant_pad_nd(x, pads, 0.0), 0
 
 
 def conv_spike_taps(args, out):
@@ -43,11 +77,126 @@ def marginal_dot(args, out):
     return (x.sum(dim=-2) * y.sum(dim=-1)).sum()
 
 
+def linear_marginal_dot(args, out):
+    # sum(x @ w.T) == sum_k colsum(x)[k] * colsum(w)[k], x of any leading dims; exact in float64.
+    x, w = args[0].double(), args[1].double()
+    return (x.reshape(-1, x.shape[-1]).sum(dim=0) * w.sum(dim=0)).sum()
+
+
+# -- NeuroBench (analyze/counters/neurobench.py) -------------------------------------------
+# A weight's nonzero counts are a fact of its version: kept per parameter version, so that a
+# weight read by every forward call is scanned once per optimizer step, not once per call.
+_WEIGHT_COUNTS: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def _per_version(t: torch.Tensor, what, compute):
+    """compute(t), remembered per version when t is a parameter or a view of one."""
+    base = t._base if t._base is not None else t
+    if not isinstance(base, torch.nn.Parameter) or base.is_inference():  # (no version counter)
+        return compute(t)
+    key = (id(base), base._version, t.storage_offset(), tuple(t.shape), tuple(t.stride()), what)
+    kept = _WEIGHT_COUNTS.get(key)
+    if kept is not None and kept[0]() is base:
+        return kept[1]
+    if len(_WEIGHT_COUNTS) > 1024:
+        _WEIGHT_COUNTS.clear()
+    value = compute(t)
+    _WEIGHT_COUNTS[key] = (weakref.ref(base), value)
+    return value
+
+
+def _count_nonzero(t: torch.Tensor, dim) -> torch.Tensor:
+    """(t != 0).sum(dim), exact: summed as float32 (far faster on CPU than count_nonzero along a
+    dim) while a count cannot pass 2**24, else as float64."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    n = 1
+    for d in dims:
+        n *= t.shape[d]
+    return (t != 0).to(torch.float32 if n < 2**24 else torch.float64).sum(dim=dims)
+
+
+def _nonzero_counts(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """_count_nonzero(t, dim), once per parameter version."""
+    return _per_version(t, dim, lambda v: _count_nonzero(v, dim))
+
+
+def _dense(w: torch.Tensor) -> bool:
+    """Every weight nonzero: on CPU at once; on a device once per parameter version (one wait
+    per optimizer step), any other device weight is taken as sparse (the general path)."""
+    if w.device.type != "cpu" and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
+        return False
+    return _per_version(w, "dense", lambda v: int(torch.count_nonzero(v)) == v.numel())
+
+
+def _gemm_pairs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row
+    return (_nonzero_counts(x, -2).double() * _nonzero_counts(y, -1).double()).sum()
+
+
+def mm_nonzero_pairs(args, out):
+    return _gemm_pairs(args[0], args[1])
+
+
+def addmm_nonzero_pairs(args, out):
+    return _gemm_pairs(args[1], args[2])
+
+
+def linear_nonzero_pairs(args, out):
+    x, w = args[0], args[1]
+    return _gemm_pairs(x.reshape(-1, x.shape[-1]), w.t())
+
+
+def conv_nonzero_pairs(args, out):
+    """sum(conv(x != 0, w != 0)): with a dense weight the spike taps of x != 0 times
+    C_out/groups (no conv); else one float64 conv of x != 0 with the weight's nonzero counts
+    summed over each group's output channels (groups output channels, not C_out)."""
+    x, w, stride, padding, dilation, transposed, output_padding, groups = _conv_geometry(args)
+    if _dense(w):  # conv_taps.conv_spike_taps of x != 0: sum_p nnz(x[:, :, p]) * cov(p)
+        cov = conv_taps.coverage_map(tuple(x.shape[2:]), tuple(w.shape[2:]), stride, padding, dilation, transposed,
+                                     output_padding, device=x.device)
+        taps = (_count_nonzero(x, (0, 1)).double() * cov).sum()
+        return taps * conv_taps.spikingjelly_conv_value(1, tuple(w.shape), transposed, groups)
+    spikes = (x != 0).double()
+    nonzero = (w != 0).double()
+    if transposed:  # (C_in, C_out/g, *k): each input channel's taps summed over its outputs
+        kernel = nonzero.sum(dim=1, keepdim=True)
+    else:  # (C_out, C_in/g, *k) -> (g, C_in/g, *k)
+        kernel = nonzero.reshape(groups, w.shape[0] // groups, *w.shape[1:]).sum(dim=1)
+    summed = torch.ops.aten.convolution.default(spikes, kernel, None, list(stride), list(padding), list(dilation),
+                                                transposed, list(output_padding), groups)
+    return summed.sum(dtype=torch.float64)
+
+
+def _ternary(x: torch.Tensor):
+    if x.dtype == torch.bool or x.numel() == 0:
+        return 1.0
+    if x.device.type == "cpu":
+        head = x.reshape(-1)[:64]
+        if not bool(((head == 0) | (head.abs() == 1)).all()):
+            return 0.0  # most analog tensors: no scan
+    return (torch.count_nonzero((x == 0) | (x.abs() == 1)) == x.numel()).double()
+
+
+def x_ternary(args, out):
+    return _ternary(args[0])
+
+
+def addmm_x_ternary(args, out):
+    return _ternary(args[1])
+
+
 STATISTIC_FUNCTIONS: dict[str, Callable] = {
     "conv_spike_taps": conv_spike_taps,
     "conv_both_binary_sum": conv_both_binary_sum,
     "mm_out_sum": mm_out_sum,
     "marginal_dot": marginal_dot,
+    "linear_marginal_dot": linear_marginal_dot,
+    "conv_nonzero_pairs": conv_nonzero_pairs,
+    "mm_nonzero_pairs": mm_nonzero_pairs,
+    "addmm_nonzero_pairs": addmm_nonzero_pairs,
+    "linear_nonzero_pairs": linear_nonzero_pairs,
+    "x_ternary": x_ternary,
+    "addmm_x_ternary": addmm_x_ternary,
 }
 
 # Statistics too costly to take speculatively on an accelerator: their condition is checked

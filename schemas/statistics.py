@@ -26,9 +26,17 @@ class Operand:
 @dataclass(frozen=True)
 class Statistic:
     doc: str
-    # 'x_binary': taken when the first operand is binary; 'both_binary': when both are.
+    # 'x_binary': taken when the first operand is binary; 'both_binary': when both are;
+    # 'forward': taken for every call outside backward, whatever the operands' values.
     condition: str
     consumers: tuple[str, ...]
+    # The schema version whose captures first take it: an older trace has none of its rows.
+    added_in: str = "1.0"
+
+
+CONDITIONS = ("x_binary", "both_binary", "forward")
+# Statistics of the NeuroBench convention (analyze/counters/neurobench.py), first taken in 1.3.
+NEUROBENCH_ADDED_IN = "1.3"
 
 
 STATISTICS: dict[str, Statistic] = {
@@ -55,18 +63,70 @@ STATISTICS: dict[str, Statistic] = {
         "both_binary",
         ("ac", "synop"),
     ),
+    "linear_marginal_dot": Statistic(
+        "Exact sum of x@w.T for binary x and w of an undecomposed aten.linear (x of any leading dims), as "
+        "sum_k colsum(x)[k]*colsum(w)[k]: the value marginal_dot or mm_out_sum gives its decomposed addmm/mm.",
+        "both_binary",
+        ("ac", "synop"),
+        "1.3",
+    ),
+    # NeuroBench's SynapticOperations (analyze/counters/neurobench.py): the pairs of a nonzero input
+    # and a nonzero weight that meet inside the output, and whether the input is spikes in {-1, 0, 1}.
+    "conv_nonzero_pairs": Statistic(
+        "sum(conv(x != 0, w != 0)) without bias, same geometry: the (nonzero input, nonzero weight) pairs that meet "
+        "inside the output (NeuroBench's effective synaptic operations of a conv call). Weight part per weight version.",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
+    "mm_nonzero_pairs": Statistic(
+        "sum_b sum_k nnz(x[b, :, k]) * nnz(y[b, k, :]) of mm/bmm(x, y): the (nonzero, nonzero) pairs of the product "
+        "(NeuroBench's effective synaptic operations of a Linear's GEMM).",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
+    "addmm_nonzero_pairs": Statistic(
+        "mm_nonzero_pairs of the x and y of addmm/baddbmm(bias, x, y); the bias is no synaptic operation.",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
+    "linear_nonzero_pairs": Statistic(
+        "sum_k nnz(x[..., k]) * nnz(w[:, k]) of an undecomposed aten.linear(x, w[, bias]): mm_nonzero_pairs of x@w.T.",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
+    "x_ternary": Statistic(
+        "1 when every value of the input x (args[0] of convolution, conv1d/2d/3d, mm, bmm, linear) is -1, 0 or 1, "
+        "else 0: NeuroBench counts such a layer's operations as accumulates (spikes), any other as MACs.",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
+    "addmm_x_ternary": Statistic(
+        "x_ternary of the x of addmm/baddbmm(bias, x, y) (args[1]).",
+        "forward",
+        ("neurobench",),
+        NEUROBENCH_ADDED_IN,
+    ),
 }
+
+_CONV = ("conv_spike_taps", "conv_both_binary_sum", "conv_nonzero_pairs", "x_ternary")
+_X_W = (Operand("x", 0), Operand("w", 1))
 
 # op -> (operands, statistics taken). Operands name the binary-tested inputs in order.
 OP_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
-    "aten.convolution.default": (
-        (Operand("x", 0), Operand("w", 1)),
-        ("conv_spike_taps", "conv_both_binary_sum"),
-    ),
-    "aten.mm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum",)),
-    "aten.bmm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum",)),
-    "aten.addmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot",)),
-    "aten.baddbmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot",)),
+    "aten.convolution.default": (_X_W, _CONV),
+    "aten.mm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum", "mm_nonzero_pairs", "x_ternary")),
+    "aten.bmm.default": ((Operand("x", 0), Operand("y", 1)), ("mm_out_sum", "mm_nonzero_pairs", "x_ternary")),
+    "aten.addmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot", "addmm_nonzero_pairs", "addmm_x_ternary")),
+    "aten.baddbmm.default": ((Operand("x", 1), Operand("y", 2)), ("marginal_dot", "addmm_nonzero_pairs", "addmm_x_ternary")),
+    # Undecomposed forms some backends dispatch (capture decomposes them while recording, so
+    # they are rare in traces): the statistics of the ops they decompose into.
+    **{f"aten.conv{n}d.{overload}": (_X_W, _CONV) for n in (1, 2, 3) for overload in ("default", "padding")},
+    "aten.linear.default": (_X_W, ("linear_marginal_dot", "linear_nonzero_pairs", "x_ternary")),
 }
 
 # Inputs kept bit-packed when the capture setting keep_binary_inputs is on (and they are binary).

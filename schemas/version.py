@@ -7,9 +7,12 @@ its own major version (older minors get the new columns as NULL) and refuses a n
 
 from __future__ import annotations
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 # 1.1: events.recompute, module_events.recompute, the collectives table.
 # 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.
+# 1.3: op_stats values of new statistics (no new column): the NeuroBench pair counts and
+#      x_ternary, linear_marginal_dot, and the statistics of conv1d/2d/3d and linear recorded
+#      whole (schemas/statistics.py); a 1.2 trace lacks them and the analysis says so.
 
 
 # Columns and tables added after 1.0, by the minor that added them: a part written by an older

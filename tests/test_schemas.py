@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from analyze import open_trace
 from capture.writer import TraceWriter
 from schemas import docs
-from schemas.statistics import OP_STATISTICS, STATISTICS
+from schemas.statistics import CONDITIONS, OP_STATISTICS, STATISTICS
 from schemas.tables import TABLES, field_doc, table_doc
 from schemas.version import SCHEMA_VERSION, SchemaVersionError, check_readable, parse_version
 
@@ -35,7 +35,8 @@ def test_statistics_table_is_consistent():
     for op, (operands, names) in OP_STATISTICS.items():
         assert op.startswith("aten.") and operands
         for name in names:
-            assert STATISTICS[name].condition in ("x_binary", "both_binary")
+            assert STATISTICS[name].condition in CONDITIONS
+    assert all(parse_version(stat.added_in) <= parse_version(SCHEMA_VERSION) for stat in STATISTICS.values())
 
 
 def test_version_rule_accepts_own_major_and_refuses_others():

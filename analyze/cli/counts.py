@@ -11,7 +11,7 @@ import click
 from analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces)
 from analyze.present.safe_text import json_text
-from analyze.counters import count, load_rules
+from analyze.counters import count, load_rules, neurobench
 from analyze.counters.user_rules import RuleError
 from analyze.present import counts as counts_view
 from analyze.present.health import recompute_note, recomputed_events
@@ -52,6 +52,8 @@ class Fraction(click.ParamType):
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
               help="Skip events while a module of this class (qualified or bare name) or path runs; repeatable.")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Count exactly as SpikingJelly 2.0.0 does.")
+@click.option("--convention", type=click.Choice(["neurobench"]),
+              help="synop and mac as NeuroBench's SynapticOperations (Effective_ACs, Effective_MACs; per sample too).")
 @recompute_option()
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Your own rules: a TOML file of [counter] tables of \"op\" = \"SQL rule\" (repeatable).")
@@ -60,7 +62,7 @@ class Fraction(click.ParamType):
               help="Exit 1 when a counter covers less than P of the calls (0..1 or a percentage like 95%).")
 @output_options("table", "csv", "json", "parquet")
 def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_modules,
-           compat, recompute, rule_files, strict, min_coverage, output_format, out, execution) -> None:
+           compat, convention, recompute, rule_files, strict, min_coverage, output_format, out, execution) -> None:
     """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
 
     Example: spiketrace counts runs/step --by op --counter flop,mac --strict --phase backward
@@ -80,7 +82,7 @@ def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_
             _fail(str(problem), 2)
     names = [n.strip() for item in counter_names for n in item.split(",") if n.strip()] or None
     options = {**selection.counts_options(), "ops": list(ops) or None, "ignore_modules": list(ignore_modules),
-               "compat": compat, "recompute": recompute}
+               "compat": compat, "recompute": recompute, **({"convention": convention} if convention else {})}
     traces = find_traces(trace_paths)
     if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
         result, fractions = _one_trace(traces[0], names, selection, options, view, depth, top, output_format, out)
@@ -110,6 +112,9 @@ def _one_trace(trace_path, names, selection, options, view, depth, top, output_f
             click.echo("warning: no events match the selection", err=True)
         document = counts_view.counts_json(result, trace, counters=names, selection=selection.as_dict())
         fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
+        per_sample = neurobench.summary(result) if options.get("convention") else None
+        if per_sample:
+            document["neurobench"] = per_sample[0]
         if output_format in ("csv", "parquet"):
             _write_frame(counts_view.tidy_frame(result, names), output_format, out)
         else:
@@ -118,6 +123,7 @@ def _one_trace(trace_path, names, selection, options, view, depth, top, output_f
             else:
                 modules = counts_view.module_classes(trace)
                 text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
+                text += f"\n\n{per_sample[1]}" if per_sample else ""
             _write_text(text, out)
     return result, fractions
 

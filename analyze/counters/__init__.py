@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.counters import ac, flop, mac, memory_access, synop, user_rules
+from analyze.counters import ac, flop, mac, memory_access, neurobench, synop, user_rules
 from analyze.counters.engine import COMPAT_MODES, count_events
 from analyze.counters.result import CounterResult, StrictModeError
 from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
@@ -33,7 +33,9 @@ STATEFUL_COUNTERS = {"neuron_state": neuron_state}
 ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS, *STATEFUL_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
-__all__ = ["COUNTERS", "COMPAT_MODES", "RECOMPUTE_CHOICES", "CounterResult", "StrictModeError", "as_spikingjelly",
+CONVENTIONS = neurobench.CONVENTIONS
+
+__all__ = ["COUNTERS", "COMPAT_MODES", "CONVENTIONS", "RECOMPUTE_CHOICES", "CounterResult", "StrictModeError", "as_spikingjelly",
            "count", "counts", "load_rules", "register_rule"]
 
 
@@ -111,13 +113,21 @@ def count(
     compat: str | None = None,
     strict: bool = False,
     recompute: str | None = None,
+    convention: str | None = None,
     chunk_events: int = 500_000,
 ) -> CounterResult:
     """Run `counters` (names; all five by default) over the selected events of `trace`,
     streamed in chunks of `chunk_events` events (memory stays bounded).
 
     `recompute` ("include", the default; "exclude"; "only"): what to do with the work
-    activation checkpointing recomputed during backward (see recompute_clause)."""
+    activation checkpointing recomputed during backward (see recompute_clause).
+    `convention="neurobench"`: synop and mac as NeuroBench's SynapticOperations counts them
+    (Effective_ACs and Effective_MACs, totals over the samples in frame.attrs["samples"]; see
+    analyze/counters/neurobench.py)."""
+    if convention is not None:
+        return _neurobench(trace, counters, stage=stage, phase=phase, step=step, rank=rank, module=module, ops=ops,
+                           by=by, ignore_modules=ignore_modules, compat=compat, strict=strict, recompute=recompute,
+                           convention=convention)
     names = list(COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
     unknown = [n for n in names if n not in ALL_COUNTERS]
     if unknown:
@@ -161,6 +171,29 @@ def count(
     return result
 
 
+def _neurobench(trace, counters, *, stage, phase, step, rank, module, ops, by, ignore_modules, compat, strict,
+                recompute, convention) -> CounterResult:
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    if compat is not None:
+        raise ValueError("convention and compat are exclusive: compat reproduces SpikingJelly's counters")
+    names = list(neurobench.COUNTERS) if counters is None else [counters] if isinstance(counters, str) else list(counters)
+    others = [n for n in names if n not in neurobench.COUNTERS]
+    if others:
+        raise ValueError(f"the neurobench convention defines synop (Effective_ACs) and mac (Effective_MACs) only, "
+                         f"not {others}")
+    bad_groups = [g for g in by if g not in GROUPS]
+    if bad_groups:
+        raise ValueError(f"cannot group by {bad_groups}; choose from {GROUPS}")
+    for macro in MACROS:
+        trace.con.execute(macro)
+    return neurobench.count(
+        trace.con, names, where=_where(stage, phase, step, rank, module, ops, recompute),
+        module_where=_where(stage, phase, step, rank, recompute=recompute), group_by=tuple(by),
+        ignore_modules=_ignore_names(ignore_modules), strict=strict,
+        trace_versions={r: m.get("schema_version", "1.0") for r, m in trace.manifests.items()})
+
+
 @accepts_path
 def counts(trace, counters=None, **options) -> pd.DataFrame:
     """Tidy counts (counter, scope, op, value [, stage, phase, step, rank as asked with by=]).
@@ -170,8 +203,11 @@ def counts(trace, counters=None, **options) -> pd.DataFrame:
     (compat mode only)."""
     result = count(trace, counters, **options)
     frame = result.frame
+    samples = frame.attrs.get("samples")  # the neurobench convention's
     frame.attrs["unsupported"] = result.unsupported
     frame.attrs["aborts"] = result.aborts
+    if options.get("convention") is not None:
+        frame.attrs["samples"] = samples
     return frame
 
 

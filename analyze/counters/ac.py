@@ -11,6 +11,7 @@ give every value exactly:
 
 from __future__ import annotations
 
+from analyze.counters import undecomposed
 from analyze.counters.sql import arg, kwarg
 
 
@@ -38,6 +39,17 @@ SYNAPTIC_RULES: dict[str, str] = {
     "aten.addmm.default": _gemm("a1", "a2", "stat_marginal_dot", "a2_shape[2]", "a1_shape[1]", True),
     "aten.baddbmm.default": _gemm("a1", "a2", "stat_marginal_dot", "a2_shape[3]", "a1_shape[2]", True),
     "aten.convolution.default": _CONV,
+}
+# Composite ops recorded whole (analyze/counters/undecomposed.py), as their decomposition counts.
+# conv{n}d is convolution's rule, not transposed; with only w binary, nnz(w) * N * prod(O), where
+# N * prod(O) = numel(out) / C_out. linear(x, w) is mm(x, w.T) (or addmm, alpha 1): m = rows, n = out.
+UNDECOMPOSED_SYNAPTIC_RULES: dict[str, str] = {
+    **{op: ("CASE WHEN a0_is01 AND a1_is01 THEN CAST(trunc(stat_conv_both_binary_sum) AS BIGINT)"
+            f" WHEN a0_is01 THEN CAST(stat_conv_spike_taps AS BIGINT) * (a1_shape[1] // {undecomposed.CONV_GROUPS})"
+            f" WHEN a1_is01 THEN a1_nnz * {undecomposed.CONV_OUT_PER_CHANNEL} ELSE 0 END")
+       for op in undecomposed.CONV_ND},
+    undecomposed.LINEAR: _gemm("a0", "a1", "stat_linear_marginal_dot", undecomposed.LINEAR_OUT,
+                               undecomposed.LINEAR_ROWS, False),
 }
 
 # Element-wise add/sub: two binary tensors cost nnz(x) + nnz(y) (post-op values for in-place
@@ -69,6 +81,15 @@ RULES: dict[str, str] = {
 EXTRA_RULES: dict[str, str] = {
     **{f"aten.{name}.default": "o0_numel" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")},
     **{f"aten.{name}.{overload}": "(2 * o0_numel)" for name in ("lerp", "lerp_") for overload in ("Scalar", "Tensor")},
+}
+# Layer norm: batch norm's training rule with G per-row statistics for its C per-channel ones
+# and no running statistics: (n - G) + n + G + n.
+_LAYER_NORM = "(3 * a0_numel)"
+EXTRA_RULES |= {
+    "aten.native_layer_norm.default": _LAYER_NORM,
+    **UNDECOMPOSED_SYNAPTIC_RULES,
+    undecomposed.BATCH_NORM: RULES["aten.native_batch_norm.default"],
+    undecomposed.LAYER_NORM: _LAYER_NORM,
 }
 RULES.update(EXTRA_RULES)
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}

@@ -36,6 +36,8 @@ NO_ARITHMETIC = NO_TENSOR_WORK + (
     "aten.ones_like.*", "aten.full.*", "aten.full_like.*", "aten.fill_.*", "aten.zero_.*", "aten.scalar_tensor.*",
     "aten.arange.*", "aten.index_select.*", "aten.gather.*", "aten.index.*", "aten.masked_select.*",
     "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*",
+    # padding copies values (a conv's padding='same' with an even kernel, padding_mode='reflect')
+    "aten.constant_pad_nd.*", "aten.reflection_pad*", "aten.replication_pad*", "aten._pad_circular.*",
     # random numbers are drawn, not computed from operands
     "aten.rand.*", "aten.rand_like.*", "aten.randn.*", "aten.randn_like.*", "aten.randint*", "aten.normal_.*",
     "aten.uniform_.*", "aten.bernoulli*", "aten.randperm.*",

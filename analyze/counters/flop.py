@@ -10,6 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
+from analyze.counters import undecomposed
 from analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -168,6 +169,30 @@ EXTRA_RULES: dict[str, str] = {
     "aten.nll_loss_forward.default": "(2 * a1_numel)",
     "aten.nll_loss_backward.default": "(2 * a2_numel)",
 }
+
+# Layer norm (beyond SpikingJelly, which has no rule): SpikingJelly's training batch norm with
+# its C per-channel statistics replaced by G = numel / prod(normalized_shape) per-row ones and no
+# running statistics: mean n, variance 2n + 2G, inverse std 2G, normalisation 2n, then one
+# product per element with a weight and one add with a bias.
+_LAYER_NORM = (
+    f"(5 * a0_numel + 4 * {undecomposed.LAYER_NORM_ROWS} + CASE WHEN a2_present THEN a0_numel ELSE 0 END"
+    " + CASE WHEN a3_present THEN a0_numel ELSE 0 END)"
+)
+EXTRA_RULES["aten.native_layer_norm.default"] = _LAYER_NORM
+
+# Composite ops recorded whole (analyze/counters/undecomposed.py): the FLOPs of their decomposition.
+# conv{n}d: convolution's 2 * C_in/g * prod(K) * prod(O) * C_out * N, with prod(O) * C_out * N =
+# numel(out); linear: mm's 2mnk = 2 * numel(x) * out_features, plus addmm's mn = numel(out) with a bias.
+UNDECOMPOSED_RULES: dict[str, str] = {
+    **{op: f"(2 * {undecomposed.CONV_TAPS} * o0_numel + CASE WHEN a2_present THEN o0_numel ELSE 0 END)"
+       for op in undecomposed.CONV_ND},
+    undecomposed.LINEAR: (f"(2 * a0_numel * {undecomposed.LINEAR_OUT}"
+                          " + CASE WHEN a2_present THEN o0_numel ELSE 0 END)"),
+    undecomposed.BATCH_NORM: _BATCH_NORM,
+    undecomposed.LAYER_NORM: _LAYER_NORM,
+    **{op: undecomposed.SDPA_FLOP for op in undecomposed.SDPA},
+}
+EXTRA_RULES.update(UNDECOMPOSED_RULES)
 RULES.update(EXTRA_RULES)
 
 # compat="spikingjelly": its formulas where they differ (None: an op it has no rule for).

@@ -3,6 +3,7 @@ operand costs no multiplication, so it counts 0 MACs."""
 
 from __future__ import annotations
 
+from analyze.counters import undecomposed
 from analyze.counters.sql import arg
 
 _MM = "CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a1_shape[2] END"
@@ -27,5 +28,21 @@ RULES: dict[str, str] = {
     "aten.convolution.default": _CONV,
     "aten.native_batch_norm.default": _BATCH_NORM,
 }
-SPIKINGJELLY: dict[str, str | None] = {}
+# Beyond SpikingJelly (docs/deviations.md), which has no rule for these. Layer norm: as batch
+# norm's, one multiply per element with a weight (no running statistics to update).
+_LAYER_NORM = "CASE WHEN a2_present THEN a0_numel ELSE 0 END"
+EXTRA_RULES: dict[str, str] = {"aten.native_layer_norm.default": _LAYER_NORM}
+
+# Composite ops recorded whole (analyze/counters/undecomposed.py), as their decomposition counts:
+# conv{n}d C_in/g * prod(K) per output element, linear rows * in * out, 0 with a binary operand.
+UNDECOMPOSED_RULES: dict[str, str] = {
+    **{op: f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {undecomposed.CONV_TAPS} * o0_numel END"
+       for op in undecomposed.CONV_ND},
+    undecomposed.LINEAR: f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_numel * {undecomposed.LINEAR_OUT} END",
+    undecomposed.BATCH_NORM: _BATCH_NORM,
+    undecomposed.LAYER_NORM: _LAYER_NORM,
+}
+EXTRA_RULES.update(UNDECOMPOSED_RULES)
+RULES.update(EXTRA_RULES)
+SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}

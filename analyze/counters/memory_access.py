@@ -7,6 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
+from analyze.counters import undecomposed
 from analyze.counters.sql import arg, arg_item, kwarg
 
 
@@ -118,6 +119,22 @@ EXTRA_RULES: dict[str, str] = {
     # a new tensor written once
     **{f"aten.{name}.default": b("o0") for name in ("zeros_like", "empty_like")},
 }
+# Layer norm: every operand read and every result (out, mean, rstd) written once.
+EXTRA_RULES["aten.native_layer_norm.default"] = "tensor_bytes"
+
+# Composite ops recorded whole (analyze/counters/undecomposed.py): the bytes of their decomposition,
+# whose views and transposes move none. conv{n}d and linear: x, w, out and the bias; batch norm and
+# layer norm: also the statistics their native form writes besides out.
+UNDECOMPOSED_RULES: dict[str, str] = {
+    **{op: total("a0", "a1", "o0", "a2") for op in (*undecomposed.CONV_ND, undecomposed.LINEAR)},
+    undecomposed.BATCH_NORM: (
+        f"({total('a0', 'a1', 'a2', 'a3', 'a4')} + {b('o0')}"
+        f" + CASE WHEN {arg(5, 'BOOLEAN')} THEN {undecomposed.BATCH_NORM_SAVED_BYTES} ELSE 0 END)"
+    ),
+    undecomposed.LAYER_NORM: f"(tensor_bytes + {undecomposed.LAYER_NORM_SAVED_BYTES})",
+    **{op: _SDPA for op in undecomposed.SDPA},
+}
+EXTRA_RULES.update(UNDECOMPOSED_RULES)
 RULES.update(EXTRA_RULES)
 
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}

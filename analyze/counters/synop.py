@@ -1,10 +1,13 @@
 """Synaptic operations, as SpikingJelly 2.0.0's SynOpCounter counts them: exactly the
-accumulate (AC) rules of the synaptic ops (mm, addmm, bmm, baddbmm, convolution)."""
+accumulate (AC) rules of the synaptic ops (mm, addmm, bmm, baddbmm, convolution, and the
+composite conv1d/2d/3d and linear when recorded whole)."""
 
 from __future__ import annotations
 
-from analyze.counters.ac import SYNAPTIC_RULES
+from analyze.counters.ac import SYNAPTIC_RULES, UNDECOMPOSED_SYNAPTIC_RULES
 
-RULES: dict[str, str] = dict(SYNAPTIC_RULES)
-SPIKINGJELLY: dict[str, str | None] = {}
+# Beyond SpikingJelly, which has no rule for them: the composite ops recorded whole.
+EXTRA_RULES: dict[str, str] = dict(UNDECOMPOSED_SYNAPTIC_RULES)
+RULES: dict[str, str] = {**SYNAPTIC_RULES, **EXTRA_RULES}
+SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}
