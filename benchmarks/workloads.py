@@ -1,7 +1,10 @@
-"""The three SNN training workloads of ../shared/reference/performance_anchors.md, section 2.
+"""The training workloads the capture benchmark measures.
 
-(a) spiking MLP, (b) spiking VGG-style conv net at T=4, (c) SEW-ResNet-style net; all
-multi-step (`step_mode='m'`) SpikingJelly nets. `train_step` is one full step: zero_grad,
+The three SNN workloads of ../shared/reference/performance_anchors.md, section 2: (a) spiking
+MLP, (b) spiking VGG-style conv net at T=4, (c) SEW-ResNet-style net; and, as users run them,
+(d) a spiking ResNet-18 on 32x32 input, (e) a small Spikformer (spiking self-attention with
+bmm) and (f) a plain 2-layer nn.TransformerEncoder. The SNNs are multi-step
+(`step_mode='m'`) SpikingJelly nets. `train_step` is one full step: zero_grad,
 forward, loss, backward, optimizer step, reset.
 """
 
@@ -86,7 +89,119 @@ def sew():
     return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
 
 
-WORKLOADS = {"mlp": mlp, "vgg": vgg, "sew": sew}
+class BasicBlock(nn.Module):
+    """ResNet's basic block with a spiking neuron after each BN (Spiking ResNet, Zheng et al.)."""
+
+    def __init__(self, c_in, c_out, stride=1):
+        super().__init__()
+        self.conv1 = layer.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = layer.BatchNorm2d(c_out)
+        self.sn1 = neuron.IFNode(surrogate_function=surrogate.ATan(), detach_reset=True)
+        self.conv2 = layer.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = layer.BatchNorm2d(c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(
+                layer.Conv2d(c_in, c_out, 1, stride=stride, bias=False), layer.BatchNorm2d(c_out))
+        self.sn2 = neuron.IFNode(surrogate_function=surrogate.ATan(), detach_reset=True)
+
+    def forward(self, x):
+        out = self.sn1(self.bn1(self.conv1(x)))
+        return self.sn2(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class SpikingResNet18(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(layer.Conv2d(3, 64, 3, padding=1, bias=False), layer.BatchNorm2d(64),
+                                  neuron.IFNode(surrogate_function=surrogate.ATan(), detach_reset=True))
+        blocks, c_in = [], 64
+        for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(c_in, c_out, stride), BasicBlock(c_out, c_out)]
+            c_in = c_out
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = layer.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(self.blocks(self.stem(x)).mean((3, 4)))
+
+
+def resnet18():
+    net = SpikingResNet18()
+    functional.set_step_mode(net, "m")
+    x = torch.rand(2, 3, 32, 32).unsqueeze(0).repeat(2, 1, 1, 1, 1)  # T=2, batch 2
+    target = torch.arange(2) % 10
+    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+
+
+class SpikingSelfAttention(nn.Module):
+    """Spikformer's SSA: LIF spikes for Q, K, V; attention = Q K^T V * scale without softmax."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.scale = heads, 0.125
+        self.q, self.k, self.v = (nn.Sequential(layer.Linear(dim, dim), _lif()) for _ in range(3))
+        self.attn_lif = neuron.LIFNode(tau=2.0, v_threshold=0.5, surrogate_function=surrogate.ATan())
+        self.proj = nn.Sequential(layer.Linear(dim, dim), _lif())
+
+    def forward(self, x):  # x: [T, B, N, D]
+        t, b, n, d = x.shape
+        h = self.heads
+
+        def split(y):
+            return y.reshape(t * b, n, h, d // h).transpose(1, 2).reshape(t * b * h, n, d // h)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        attention = torch.bmm(torch.bmm(q, k.transpose(1, 2)), v) * self.scale
+        attention = attention.reshape(t, b, h, n, d // h).transpose(2, 3).reshape(t, b, n, d)
+        return self.proj(self.attn_lif(attention))
+
+
+class SpikformerBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attention = SpikingSelfAttention(dim, heads)
+        self.mlp = nn.Sequential(layer.Linear(dim, 2 * dim), _lif(), layer.Linear(2 * dim, dim), _lif())
+
+    def forward(self, x):
+        x = x + self.attention(x)
+        return x + self.mlp(x)
+
+
+class Spikformer(nn.Module):
+    def __init__(self, dim=64, heads=4, depth=2, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(  # spiking patch splitting: 32x32 -> 8x8 patches
+            layer.Conv2d(3, dim // 2, 3, padding=1, bias=False), layer.BatchNorm2d(dim // 2), _lif(), layer.MaxPool2d(2),
+            layer.Conv2d(dim // 2, dim, 3, padding=1, bias=False), layer.BatchNorm2d(dim), _lif(), layer.MaxPool2d(2),
+        )
+        self.blocks = nn.Sequential(*(SpikformerBlock(dim, heads) for _ in range(depth)))
+        self.head = layer.Linear(dim, classes)
+
+    def forward(self, x):  # [T, B, 3, 32, 32]
+        x = self.stem(x).flatten(3).transpose(2, 3)  # [T, B, 64 patches, dim]
+        return self.head(self.blocks(x).mean(2))
+
+
+def spikformer():
+    net = Spikformer()
+    functional.set_step_mode(net, "m")
+    x = torch.rand(4, 3, 32, 32).unsqueeze(0).repeat(4, 1, 1, 1, 1)  # T=4, batch 4
+    target = torch.arange(4) % 10
+    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+
+
+def transformer():
+    """A plain (non-spiking) 2-layer nn.TransformerEncoder, as a user's ANN baseline."""
+    layer_ = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, dropout=0.0, batch_first=True)
+    net = nn.Sequential(nn.TransformerEncoder(layer_, num_layers=2, enable_nested_tensor=False), nn.Linear(128, 10))
+    x = torch.randn(16, 32, 128)
+    target = torch.arange(16) % 10
+    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(1), y)
+
+
+WORKLOADS = {"mlp": mlp, "vgg": vgg, "sew": sew, "resnet18": resnet18, "spikformer": spikformer,
+             "transformer": transformer}
 
 
 def make(name: str, optimizer: str = "sgd"):
