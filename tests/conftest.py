@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+# Suites that run ordinary training scripts in subprocesses (real_jobs), seeded fuzzing and a
+# local Dask cluster: marked `slow`, left out of the default `pytest` run (pyproject addopts)
+# and run by the README's test command (and so by .ci/run) as a second `pytest -m slow`.
+SLOW_DIRECTORIES = ("fuzz", "real_jobs")
+SLOW_MODULES = ("test_dask_engine.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.parent.name in SLOW_DIRECTORIES or path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
