@@ -104,7 +104,8 @@ class RecordingMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         context = self.context
-        if context.recording and may_decompose(func):
+        known = self.ops.plans.get(id(func))  # an op known to be recorded as it comes skips the check
+        if context.recording and (known is None or known.may_decompose) and may_decompose(func):
             plan = self._plan(func, args, kwargs)
             if plan is not None:
                 with self:  # the decomposed ops reach this mode again and are recorded
@@ -134,7 +135,8 @@ class RecordingMode(TorchDispatchMode):
 class OpPlan:
     """What the per-op path needs to know about an op, worked out once per OpOverload."""
 
-    __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted")
+    __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted",
+                 "may_decompose")
 
     def __init__(self, func, propagation: bool = True, synaptic_level: bool = False) -> None:
         self.name = name = op_name(func)
@@ -144,6 +146,9 @@ class OpPlan:
         )
         self.propagate = PROPAGATION.get(name) if propagation else None
         self.statistics = name in OP_STATISTICS
+        # Final once its first call was planned (a record follows the plan): False for an op
+        # with no decomposition, whose per-call check is then skipped.
+        self.may_decompose = may_decompose(func)
         # Positional operands whose statistics the "synaptic" level takes (all: empty here).
         self.wanted = SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ()
 
@@ -167,7 +172,9 @@ class OpLog:
         # The last event context: its key (what it is made of) and the tuple the rows share.
         self._context_key: tuple | None = None
         self._context: tuple | None = None
-        self._plans: dict = {}  # OpOverload -> OpPlan
+        # id(OpOverload) -> OpPlan: torch keeps every OpOverload for the life of the process,
+        # and id() avoids OpOverload's Python __hash__ on every op.
+        self.plans: dict[int, OpPlan] = {}
         fast = context.fast_paths
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
@@ -185,9 +192,9 @@ class OpLog:
     def record(self, func, args, kwargs, out) -> None:
         context = self.context
         registry = context.registry
-        plan = self._plans.get(func)
+        plan = self.plans.get(id(func))
         if plan is None:
-            plan = self._plans[func] = OpPlan(func, self._propagation, self._synaptic_level)
+            plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
         seq = context.seq
         context.seq = seq + 1
         context.steps_recorded.add(context.step_index)

@@ -83,13 +83,6 @@ def has_values(t: torch.Tensor) -> bool:
         return False
 
 
-def _version_of(t: torch.Tensor) -> int:
-    try:
-        return t._version
-    except RuntimeError:  # inference tensors keep no version counter
-        return -1
-
-
 # The statistics of a state the "synaptic" level left out (a unique object: compared by identity).
 _SKIPPED = tuple([None, None])
 
@@ -238,7 +231,10 @@ class TensorRegistry:
         """
         key = id(t)
         entry = self.entries.get(key)
-        version = _version_of(t)
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors keep no version counter
+            version = -1
         shape = t.shape
         requires_grad = t.requires_grad
         stats = None
@@ -282,7 +278,7 @@ class TensorRegistry:
         # (the per-op path holds no guard otherwise). They are not differentiable: no no_grad.
         try:
             if not self.defer_statistics and t.device.type == "cpu":
-                if type(t) in _PLAIN_TENSORS and not modes_would_see():
+                if type(t) in _PLAIN_TENSORS and not _dispatch_stack_depth():  # modes_would_see(), inlined
                     return immediate_stats(t)
                 with excluded_from_modes():
                     return immediate_stats(t)
