@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training_runs import record
+from tests.training_runs import record, record_ranks
 
 BAR = "%|"  # what every tqdm frame holds: the percentage, then the bar
 
@@ -73,3 +73,14 @@ def test_progress_over_several_traces_on_a_terminal(trace, tmp_path):
     captured = subprocess.run(["spiketrace", "counts", str(trace), str(copy), "--counter", "flop"],
                               capture_output=True, text=True, timeout=300)
     assert captured.returncode == 0 and "traces:" not in captured.stderr and BAR not in captured.stderr
+
+
+def test_progress_over_the_chunks_of_one_trace_on_a_terminal(tmp_path):
+    # Two ranks are two chunks of events at least: the counters draw a bar over them.
+    trace = record_ranks(tmp_path / "ranks", 1)
+    code, shown = on_a_terminal("counts", str(trace), "--counter", "flop")
+    assert code == 0, shown
+    assert "counting:" in shown and BAR in shown
+    captured = subprocess.run(["spiketrace", "counts", str(trace), "--counter", "flop"],
+                              capture_output=True, text=True, timeout=300)
+    assert captured.returncode == 0 and "counting:" not in captured.stderr and BAR not in captured.stderr

@@ -104,7 +104,7 @@ def _one_trace(trace_path, names, selection, options, view, depth, top, output_f
         if note:
             click.echo(note, err=True)
         try:
-            result = count(trace, names, by=("stage",) if view == "stage" else (), **options)
+            result = count(trace, names, by=("stage",) if view == "stage" else (), **options, progress=True)
         except ValueError as exc:
             _fail(one_line(exc), 2)
         names = names or counts_view.counter_names(result)

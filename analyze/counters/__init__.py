@@ -115,12 +115,14 @@ def count(
     recompute: str | None = None,
     convention: str | None = None,
     chunk_events: int = 500_000,
+    progress: bool = False,
 ) -> CounterResult:
     """Run `counters` (names; all five by default) over the selected events of `trace`,
     streamed in chunks of `chunk_events` events (memory stays bounded).
 
     `recompute` ("include", the default; "exclude"; "only"): what to do with the work
     activation checkpointing recomputed during backward (see recompute_clause).
+    `progress`: a bar over the chunks on a terminal (the CLI asks for it).
     `convention="neurobench"`: synop and mac as NeuroBench's SynapticOperations counts them
     (Effective_ACs and Effective_MACs, totals over the samples in frame.attrs["samples"]; see
     analyze/counters/neurobench.py)."""
@@ -147,6 +149,7 @@ def count(
         compat=compat,
         strict=strict,
         chunk_events=chunk_events,
+        progress=progress,
     )
     module_names = [n for n in names if n in MODULE_COUNTERS]
     if module_names and (module is not None or ops is not None or by):

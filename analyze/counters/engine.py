@@ -186,7 +186,8 @@ class _Plan:
         per_event += "".join(f", {e} AS abort_{n}" for n, e in aborts.items())
         return f"SELECT {select(sums)} FROM (SELECT rank, {keys}, tensor_bytes{per_event} FROM op_facts_table) GROUP BY rank, {keys}"
 
-    def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22, reduce=None) -> list:
+    def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22, reduce=None,
+             progress: bool = False) -> list:
         """Per partition, the sums over the events of `chunks` (see event_chunks). A second
         thread, on its own cursor, reads and gathers the next chunk while this one evaluates
         the current: each side waits on the other (DuckDB, numpy) much of the time, and at
@@ -194,7 +195,11 @@ class _Plan:
         `batch_cells` cells, then the largest is evaluated: planning a partition's SQL costs
         about as much as running it on a chunk, so one of few events is evaluated once for
         many chunks. `reduce`, when given, turns each pass's sums into what is kept (so what is
-        kept stays small when the passes group by more than is reported)."""
+        kept stays small when the passes group by more than is reported). `progress`: a bar
+        over the chunks on a terminal (analyze/present/progress.py)."""
+        from analyze.present.progress import each
+
+        ticks = iter(each(range(len(chunks)), "counting", "chunk", enabled=progress and len(chunks) > 1))
         builder = OpFactsBuilder(con.cursor(), self.readers, self.ops, group_by, self.json_reads)
         pending: dict[int, list[pa.Table]] = {number: [] for number in range(len(self.parts))}
         partials = []
@@ -220,11 +225,13 @@ class _Plan:
                         evaluate(number)
                         cells[number] = 0
                     del chunk  # before the next one arrives
+                    next(ticks, None)
             for number, tables in pending.items():
                 if tables:
                     evaluate(number)
         finally:
             builder.con.close()
+            getattr(ticks, "close", lambda: None)()
         return partials
 
     def _chunk_facts(self, rank: int, chunk, ignored: np.ndarray):
@@ -321,6 +328,7 @@ def count_events(
     compat: str | None = None,
     strict: bool = False,
     chunk_events: int = 500_000,
+    progress: bool = False,
 ) -> CounterResult:
     """The counters over the events of `where`, per (scope, op, group_by). `totals_by` (of
     stage, phase, step, rank) adds result.group_totals: each counter's Global value per those
@@ -340,7 +348,7 @@ def count_events(
     # Streamed in chunks of events, so memory stays bounded whatever the trace's size; the
     # per-chunk sums are added up at the end.
     try:
-        partials = plan.sums(con, chunks, where, passes_by, ignored, reduce=reduce)
+        partials = plan.sums(con, chunks, where, passes_by, ignored, reduce=reduce, progress=progress)
     except JsonReadError:  # then as written: each JSON read per event, where its rule reaches it
         plan = _Plan(counters, calls, compat, passes_by, read_json=False)
         partials = plan.sums(con, chunks, where, passes_by, ignored, reduce=reduce)
