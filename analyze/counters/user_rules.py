@@ -11,7 +11,7 @@ or a file passed to `spiketrace counts TRACE --rules my_rules.toml`:
     [flop]
     "mylib::fused_lif" = "4 * o0_numel"
     [mac]
-    "aten.linear.default" = "CASE WHEN a0_is01 THEN 0 ELSE a0_numel / a0_shape[-1] * prod(a1_shape) END"
+    "mylib::spiking_matmul" = "CASE WHEN a0_is01 THEN 0 ELSE a0_numel / a0_shape[-1] * prod(a1_shape) END"
 
 A rule is a SQL expression over the op_facts vocabulary of analyze/counters/facts.py
 (`a0_numel`, `o0_shape[2]`, `a1_is01`, `tensor_bytes`, `kwarg(...)` macros ...), the
