@@ -24,6 +24,7 @@ from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from capture.arguments import encode_call
+from capture.packed_bits import bits_bytes, pack_bits
 from capture.context import RecordingContext
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
 from capture.tensors import excluded_from_modes, has_values, immediate_stats, modes_would_see
@@ -64,16 +65,6 @@ def _safe_op_name(func) -> str:
         return op_name(func)
     except Exception:  # noqa: BLE001 - only for naming a failure
         return repr(func)
-
-
-def pack_bits(t: torch.Tensor) -> torch.Tensor:
-    """Row-major 0/1 values packed 8 per byte, most significant bit first (stays on device)."""
-    flat = (t.reshape(-1) != 0).to(torch.uint8)
-    pad = (-flat.numel()) % 8
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=t.device)
-    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
 
 
 # The buffers' physical columns (capture/table_buffer.py BUFFER_GROUPS): an event's context
@@ -338,7 +329,7 @@ class OpLog:
         tensor_id = self.context.registry.entries[id(t)][2]
         bits = pack_bits(t)
         pending = bits.device.type != "cpu" or self.context.defer_statistics
-        data = None if pending else _to_bytes(bits)
+        data = None if pending else bits_bytes(bits)
         columns["seq"].append(seq)
         columns["tensor_id"].append(tensor_id)
         columns["position"].append(position)
@@ -373,7 +364,7 @@ class OpLog:
                 for (key, _), binary in zip(items, torch.stack([flag for _, flag in items]).cpu().tolist()):
                     self._weight_fetched[key] = bool(binary)
             for row, bits in self.pending_packed:
-                self.packed["bits"][row] = _to_bytes(bits.cpu())
+                self.packed["bits"][row] = bits_bytes(bits.cpu())
         if dropped:
             for column in self.op_stats.values():
                 kept = [v for i, v in enumerate(column) if i not in dropped]
@@ -399,10 +390,3 @@ def _propagated(propagate, args, kwargs, out, known):
         return unseen(propagate, args, kwargs, out, known)  # a rule may compare a tensor with a number
     except Exception:  # noqa: BLE001 - scanning gives the same values: nothing is lost
         return None
-
-
-def _to_bytes(bits: torch.Tensor) -> bytes:
-    try:
-        return bits.numpy().tobytes()
-    except (RuntimeError, ImportError):  # torch built or run without numpy
-        return bytes(bits.tolist())

@@ -49,6 +49,7 @@ from capture.compiled import CompileWatch
 from capture.context import RecordingContext, Stage
 from capture.dispatch import OpLog, RecordingMode
 from capture.modules import ModuleCatalog
+from capture.process_facts import device_of, rank_and_world
 from capture.optimizers import OptimizerLog
 from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
@@ -61,21 +62,6 @@ from capture.writer import TraceWriter
 __all__ = ["PHASES", "Recorder", "RecorderError", "infer_phase", "schedule"]
 
 _BOUND_MODELS: "weakref.WeakKeyDictionary[torch.nn.Module, Recorder]" = weakref.WeakKeyDictionary()
-
-
-def _rank_and_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def _device_of(model: torch.nn.Module | None) -> str:
-    parameter = next(model.parameters(), None) if model is not None else None
-    if parameter is None or parameter.device.type == "cpu":
-        return "cpu"
-    if parameter.device.type == "cuda":
-        return f"{parameter.device} ({torch.cuda.get_device_name(parameter.device)})"
-    return str(parameter.device)
 
 
 class Recorder:
@@ -125,7 +111,7 @@ class Recorder:
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready
         self.metadata = metadata or {}
-        default_rank, default_world = _rank_and_world()
+        default_rank, default_world = rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
         self.run_id = run_id  # agreed with the other ranks when the capture opens (capture/run_id.py)
@@ -189,7 +175,7 @@ class Recorder:
                 "python": platform.python_version(),
                 "platform": platform.platform(),
             },
-            device=_device_of(self.model),
+            device=device_of(self.model),
             flush_rows=self.flush_events,
             flush_bytes=self.flush_bytes,
             compact=self.compact,

@@ -41,6 +41,8 @@ from analyze.present.progress import steps as progress_steps
 from analyze.present.selection import selection_of
 from analyze.present.units import format_energy
 from analyze.results import Analysis
+from analyze.present.bar_chart import series
+from analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
 
 TEMPLATES = Path(__file__).with_name("templates")
 FIGURES = 4  # the plots of the page (_figures)
@@ -153,35 +155,6 @@ def _figures(report, counts, model: str, preset, classes: dict, analysis: Analys
 # -- what the trace and the results say ------------------------------------------------------
 
 
-def spike_rates(trace) -> tuple[pd.DataFrame, str]:
-    """Per spiking layer and stage (all ranks) its rate, its class and a note when it never fired (a dead layer);
-    and a sentence naming the leaf layers whose outputs are not spikes."""
-    rates = trace.sql("SELECT scope, any_value(class_name) AS class, stage, sum(calls)::BIGINT AS calls, "
-                      "sum(ones)::BIGINT AS ones, sum(elements)::BIGINT AS elements, "
-                      "round(sum(ones) / sum(elements), 4) AS spike_rate "
-                      "FROM layer_spike_rates GROUP BY scope, stage ORDER BY scope, stage")
-    rates["note"] = rates["ones"].map(lambda ones: "dead: never fired" if ones == 0 else "")
-    leaves = trace.sql("SELECT coalesce(m.tracker_name, m.path) AS scope, any_value(m.class_name) AS class FROM modules m "
-                       "WHERE m.is_leaf AND EXISTS (SELECT 1 FROM module_events e WHERE e.rank = m.rank "
-                       "AND e.module_id = m.module_id AND e.kind = 'forward_post') GROUP BY ALL ORDER BY scope")
-    others = leaves[~leaves["scope"].isin(set(rates["scope"]))]
-    quiet = ("Not spiking (outputs not 0/1): " + ", ".join(f"{s} ({c})" for s, c in zip(others["scope"], others["class"]))
-             if len(others) else "")
-    return rates, quiet
-
-
-def left_out(report) -> pd.DataFrame:
-    """The work the model could not cost, one row each (NeuroMC's uncosted, the others' unsupported)."""
-    for name in ("uncosted", "unsupported"):
-        value = getattr(report, name, None)
-        frame = value if isinstance(value, pd.DataFrame) else pd.DataFrame(value or [])
-        if len(frame):
-            keep = [c for c in ("kind", "name", "scope", "class_name", "calls", "stages", "modules", "reason")
-                    if c in frame.columns]
-            return frame[keep]
-    return pd.DataFrame()
-
-
 def _groups(trace) -> tuple[str, ...]:
     """The per-step and per-rank views a trace has: those of step and rank that take several values."""
     row = trace.sql("SELECT count(DISTINCT step) AS step, count(DISTINCT rank) AS rank FROM events").iloc[0]
@@ -206,16 +179,6 @@ def _per_group(result, group: str, energies: dict, names: list[str], model: str)
     return {"name": group, "table": table, "values": dict(zip(keys, values)), "what": what,
             "series": series(f"{what} per {group}", [(k, v, f"{group} {k}: {text(v)}") for k, v in zip(keys, values)]),
             "note": "" if with_energy else f"the {model} model gives no energy per {group}"}
-
-
-def series(title: str, bars: list[tuple[str, float, str]], height: int = 150) -> dict:
-    """An inline SVG bar chart's geometry: one bar per (label, value, hover text)."""
-    top = max([v for _, v, _ in bars] + [0.0]) or 1.0
-    width, gap, plot = 26, 6, height - 22
-    shapes = [{"x": 8 + i * (width + gap), "width": width, "height": round(plot * v / top, 1),
-               "y": round(4 + plot - plot * v / top, 1), "label": label, "tip": tip}
-              for i, (label, v, tip) in enumerate(bars)]
-    return {"title": title, "bars": shapes, "width": max(240, 16 + len(bars) * (width + gap)), "height": height}
 
 
 # -- findings ----------------------------------------------------------------------------------
