@@ -86,22 +86,24 @@ def linear_marginal_dot(args, out):
 # -- NeuroBench (analyze/counters/neurobench.py) -------------------------------------------
 # A weight's nonzero counts are a fact of its version: kept per parameter version, so that a
 # weight read by every forward call is scanned once per optimizer step, not once per call.
-_WEIGHT_COUNTS: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
+# One entry per (parameter view, what), holding its latest version only: an entry per version
+# would grow by every weight at every optimizer step (a long run's memory grew ~120 KB a step).
+_WEIGHT_COUNTS: dict[tuple, tuple[weakref.ref, int, torch.Tensor]] = {}
 
 
 def _per_version(t: torch.Tensor, what, compute):
-    """compute(t), remembered per version when t is a parameter or a view of one."""
+    """compute(t), remembered for the current version when t is a parameter or a view of one."""
     base = t._base if t._base is not None else t
     if not isinstance(base, torch.nn.Parameter) or base.is_inference():  # (no version counter)
         return compute(t)
-    key = (id(base), base._version, t.storage_offset(), tuple(t.shape), tuple(t.stride()), what)
+    key = (id(base), t.storage_offset(), tuple(t.shape), tuple(t.stride()), what)
     kept = _WEIGHT_COUNTS.get(key)
-    if kept is not None and kept[0]() is base:
-        return kept[1]
+    if kept is not None and kept[0]() is base and kept[1] == base._version:
+        return kept[2]
     if len(_WEIGHT_COUNTS) > 1024:
         _WEIGHT_COUNTS.clear()
     value = compute(t)
-    _WEIGHT_COUNTS[key] = (weakref.ref(base), value)
+    _WEIGHT_COUNTS[key] = (weakref.ref(base), base._version, value)
     return value
 
 
