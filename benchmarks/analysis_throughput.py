@@ -16,7 +16,10 @@ steps, 1M and 10M events of a real training trace.
    VmHWM): analyze.counters.count(trace) with all five counters, and
    analyze.energy.energy(trace, model) for compute, neuromc, lemaire and spikesim (the mapping
    and one costing under the model's default preset): the median of `--repeats` runs, each on
-   a fresh open_trace (opening timed apart). A command past `--timeout` seconds is stopped.
+   a fresh open_trace (opening timed apart); and `energy neuromc sharded`,
+   analyze.many.energy(path, "neuromc") (the in-process engine: a rank of more than
+   analyze.many.SHARD_EVENTS events evaluated step range by step range; opening included).
+   A command past `--timeout` seconds is stopped.
    A profile splits count(trace) by statement on the first trace and shows the slowest one's
    heaviest DuckDB operators.
 4. With --engines, the dask engine against the in-process one (benchmarks/engine_comparison.py).
@@ -77,7 +80,8 @@ SHIFTS = {
 }
 PART_EVENTS = inspect.signature(TraceWriter).parameters["flush_rows"].default
 ENERGY_MODELS = ("compute", "neuromc", "lemaire", "spikesim")
-COMMANDS = ("count", *(f"energy {model}" for model in ENERGY_MODELS))  # count: all five counters
+SHARDED = " sharded"  # a command run by analyze.many's in-process engine, on the trace's path
+COMMANDS = ("count", *(f"energy {model}" for model in ENERGY_MODELS), f"energy neuromc{SHARDED}")  # count: all five
 
 
 def capture(workload: str, steps: int, path: Path, repeats: int) -> tuple[int, float, float]:
@@ -188,10 +192,24 @@ def run_command(trace, command: str) -> None:
             energy(trace, command.split()[1])
 
 
+def run_sharded(path: Path, command: str) -> None:
+    from analyze import many
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        many.energy(path, command.removesuffix(SHARDED).split()[1])
+
+
 def measure_here(path: Path, command: str, repeats: int) -> dict:
-    """Median seconds of open_trace and of `command` over `repeats` runs, and the peak RSS."""
+    """Median seconds of open_trace and of `command` over `repeats` runs, and the peak RSS (a
+    sharded command opens its shards itself: open None, its seconds include them)."""
     opens, runs = [], []
-    for _ in range(repeats):
+    for _ in range(repeats if command.endswith(SHARDED) else 0):
+        start = time.perf_counter()
+        run_sharded(path, command)
+        opens.append(None)
+        runs.append(time.perf_counter() - start)
+    for _ in range(0 if command.endswith(SHARDED) else repeats):
         start = time.perf_counter()
         with open_trace(path) as trace:
             opened = time.perf_counter()
@@ -199,8 +217,8 @@ def measure_here(path: Path, command: str, repeats: int) -> dict:
         opens.append(opened - start)
         runs.append(time.perf_counter() - opened)
     hwm_kb = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
-    return {"open": statistics.median(opens), "seconds": statistics.median(runs), "range": (min(runs), max(runs)),
-            "hwm_mb": hwm_kb / 1024}
+    return {"open": None if None in opens else statistics.median(opens), "seconds": statistics.median(runs),
+            "range": (min(runs), max(runs)), "hwm_mb": hwm_kb / 1024}
 
 
 def measure(path: Path, command: str, repeats: int, timeout: float) -> dict:
@@ -319,7 +337,8 @@ def report(label: str, events: int, results: dict) -> None:
             print(f"| {command} | {events:,} | {r['error']} | - | - | - |", flush=True)
             continue
         print(f"| {command} | {events:,} | {r['seconds']:.2f} [{r['range'][0]:.2f}, {r['range'][1]:.2f}] | "
-              f"{events / r['seconds'] / 1e6:.2f} | {r['hwm_mb']:,.0f} | {r['open']:.2f} |", flush=True)
+              f"{events / r['seconds'] / 1e6:.2f} | {r['hwm_mb']:,.0f} | "
+              f"{'included' if r['open'] is None else format(r['open'], '.2f')} |", flush=True)
 
 
 def sizes_of(text: str, per_step: float) -> list[tuple[str, int]]:

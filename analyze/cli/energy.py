@@ -198,7 +198,8 @@ class SweepRange(click.ParamType):
 
 @main.command()
 @trace_options
-@click.argument("trace_path", metavar="TRACE", type=click.Path())
+@engine_options
+@click.argument("trace_paths", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
 @selection_options
 @model_option()
 @click.option("--preset", "presets", multiple=True, metavar="NAME|FILE", help="A preset to cost (repeatable).")
@@ -209,17 +210,32 @@ class SweepRange(click.ParamType):
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="The result table: FILE.parquet, or FILE.csv (one row per preset and breakdown entry).")
-def recost(trace_path, selection, model, presets, base, sweeps, compat, out):
+def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, execution):
     """Cost TRACE under many presets or a sweep; the trace is mapped once.
 
     Filters as for energy: --stage, --step, --rank select the work costed, --phase its stages.
 
+    Several TRACEs, or a directory of trace directories: each is mapped once and costed under
+    every preset, the rows added per preset. --engine dask runs them on a Dask cluster, one task
+    per (trace, rank), or (trace, rank, step range) for a large rank, for compute and neuromc.
+
     Example: spiketrace recost runs/step --preset compute-fp16-45nm --sweep e_mac_pj=0.1:4.6:50 --out sweep.parquet"""
     sweep = dict(sweeps)
-    with Analysis(trace_path) as analysis:
-        selection.check(analysis.trace)
-        frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, compat=compat,
-                                progress=_progress, **selection.energy_options(analysis.trace))
+    traces = find_traces(trace_paths)
+    if len(traces) == 1 and execution["engine"] == "in-process":
+        with Analysis(traces[0]) as analysis:
+            selection.check(analysis.trace)
+            frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, compat=compat,
+                                    progress=_progress, **selection.energy_options(analysis.trace))
+    else:
+        from analyze import many
+
+        options = selected_traces(selection, traces, execution, energy=True)
+        with warnings_to_stderr():
+            combined = many.recost(traces, model, list(presets), sweep=sweep or None, base=base, compat=compat,
+                                   **options, **execution, progress=True)
+            warn_traces(combined.traces)
+        frame = combined.frame
     (frame.to_csv(out, index=False) if out.endswith(".csv") else frame.to_parquet(out, index=False))
     n = frame["preset"].nunique()
     click.echo(f"wrote {len(frame)} rows for {n} preset(s) to {out}")

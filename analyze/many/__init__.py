@@ -8,12 +8,18 @@ sizes or checkpoints), added up and per trace, in this process or on a Dask clus
     combined = many.energy("runs/", "neuromc", engine="dask", workers=2)   # a directory of traces
     combined.energy_total_pj, combined.frame, combined.by_trace["runs/seed=0"]
 
+    sweep = many.recost("runs/", "compute", sweep={"e_mac_pj": [0.5, 1.0, 4.6]})   # rows per preset
+    sweep.frame, sweep.by_trace["runs/seed=0"]
+
 A trace argument is a trace directory or a directory of trace directories (traces.py). Each
-trace is evaluated as analyze.counters.count / analyze.energy.energy evaluate one trace; the
-results are added (combine.py). engine="dask" (the `cluster` extra) runs the same evaluation
-per (trace, rank) shard on a Dask cluster, given as `client=`, a scheduler address
-(`scheduler=`) or a LocalCluster of `workers=` processes, and adds the shards' results: equal
-to the in-process engine's (engines.py; which energy models add up over ranks: combine.py).
+trace is evaluated as analyze.counters.count / analyze.energy.energy / analyze.energy.recost
+evaluate one trace; the results are added (combine.py). A trace of more than `shard_events`
+events is evaluated shard by shard where its numbers add up over shards: ranks, and a larger
+rank's step ranges (shards.py, steps.py), so memory follows the shard. engine="dask" (the
+`cluster` extra) runs the same evaluation per (trace, rank) shard, or (trace, rank, step
+range), on a Dask cluster, given as `client=`, a scheduler address (`scheduler=`) or a
+LocalCluster of `workers=` processes, and adds the shards' results: equal to the in-process
+engine's (engines.py; which models add up over ranks and over steps: combine.py).
 """
 
 from __future__ import annotations
@@ -22,29 +28,32 @@ import warnings
 
 from analyze.counters import ALL_COUNTERS
 from analyze.energy import DEFAULT_PRESETS, ModelScopeWarning
-from analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, CombinedCounts, CombinedEnergy, EnergyPart,
-                                  add_counter_results, add_energy_parts)
+from analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS,
+                                  CombinedCounts, CombinedEnergy, CombinedRecost, EnergyPart, add_counter_results,
+                                  add_energy_parts)
 from analyze.many.engines import ENGINES, EngineUnavailable, open_engine
-from analyze.many.shards import CountWork, EnergyWork
+from analyze.many.shards import SHARD_EVENTS, CountWork, EnergyWork, RecostWork
 from analyze.many.traces import TraceFacts, find_traces
 
-__all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SIZE_ROWS", "CombinedCounts", "CombinedEnergy", "EngineUnavailable",
-           "EnergyPart", "TraceFacts", "add_counter_results", "add_energy_parts", "count", "energy", "find_traces"]
+__all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SHARD_EVENTS", "SIZE_ROWS", "STEP_ADDITIVE_COUNTERS",
+           "STEP_ADDITIVE_MODELS", "CombinedCounts", "CombinedEnergy", "CombinedRecost", "EngineUnavailable",
+           "EnergyPart", "TraceFacts", "add_counter_results", "add_energy_parts", "count", "energy", "find_traces",
+           "recost"]
 
 
 def count(traces, counters=None, *, engine: str = "in-process", client=None, scheduler: str | None = None,
           workers: int | None = None, run: str | None = None, verify: bool | None = None, progress: bool = False,
-          **options) -> CombinedCounts:
+          shard_events: int = SHARD_EVENTS, **options) -> CombinedCounts:
     """analyze.counters.count(trace, counters, **options) over every trace `traces` names, added
     up (`.total`) and per trace (`.by_trace`). `run`, `verify`: how each trace is opened
-    (open_trace's; None: its default). `engine`, `client`, `scheduler`, `workers`: see the
-    module docstring. `progress`: a bar over the traces on a terminal (in-process engine)."""
+    (open_trace's; None: its default). `engine`, `client`, `scheduler`, `workers`, `shard_events`:
+    see the module docstring. `progress`: a bar over the traces on a terminal (in-process engine)."""
     labels = find_traces(traces)
     names = None if counters is None else (counters,) if isinstance(counters, str) else tuple(counters)
     unknown = [n for n in names or () if n not in ALL_COUNTERS]
     if unknown:
         raise ValueError(f"unknown counter(s) {unknown}; choose from {sorted(ALL_COUNTERS)}")
-    work = CountWork(names, options, {"run": run, "verify": verify})
+    work = CountWork(names, options, {"run": run, "verify": verify}, shard_events)
     with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
         results = runner.run(work, labels, progress=progress)
     by_trace = {label: result for label, (_, result) in zip(labels, results)}
@@ -53,13 +62,14 @@ def count(traces, counters=None, *, engine: str = "in-process", client=None, sch
 
 def energy(traces, model: str | None = None, preset=None, *, overrides=(), engine: str = "in-process", client=None,
            scheduler: str | None = None, workers: int | None = None, run: str | None = None,
-           verify: bool | None = None, progress: bool = False, **options) -> CombinedEnergy:
+           verify: bool | None = None, progress: bool = False, shard_events: int = SHARD_EVENTS,
+           **options) -> CombinedEnergy:
     """analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
     `traces` names, as report rows: added up (`.frame`) and per trace (`.by_trace`). Model None:
     the preset's, else the traces' default (which they must agree on). Work outside the model's
     scope raises a ModelScopeWarning per trace, as energy() does. `progress`: as count's."""
     labels = find_traces(traces)
-    work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify})
+    work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify}, shard_events)
     with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
         results = runner.run(work, labels, progress=progress)
     facts = [fact for fact, _ in results]
@@ -72,3 +82,24 @@ def energy(traces, model: str | None = None, preset=None, *, overrides=(), engin
     name = getattr(preset, "name", None) or (str(preset) if preset is not None else DEFAULT_PRESETS[model])
     return CombinedEnergy(model, name, combined.frame, {label: part.frame for label, part in zip(labels, parts)},
                           combined.warnings, facts)
+
+
+def recost(traces, model: str | None = None, presets=None, *, sweep=None, base=None, engine: str = "in-process",
+           client=None, scheduler: str | None = None, workers: int | None = None, run: str | None = None,
+           verify: bool | None = None, progress: bool = False, shard_events: int = SHARD_EVENTS,
+           **options) -> CombinedRecost:
+    """analyze.energy.recost(trace, model, presets, sweep=, base=, **options) over every trace
+    `traces` names: each trace (or shard) mapped once and costed under every preset, the rows
+    (one per preset and breakdown entry) added per preset (`.frame`) and per trace (`.by_trace`).
+    Model None: as recost chooses it (the presets', the swept keys', the traces' default), which
+    every trace must agree on. The other arguments: as count's."""
+    labels = find_traces(traces)
+    presets = tuple(presets) if isinstance(presets, (list, tuple)) else () if presets is None else (presets,)
+    work = RecostWork(model, presets, dict(sweep) if sweep else None, base, options, {"run": run, "verify": verify},
+                      shard_events)
+    with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
+        results = runner.run(work, labels, progress=progress)
+    parts = [part for _, part in results]
+    added = work.add(parts, sizes=True)
+    return CombinedRecost(results[0][0].model, added.frame, {label: part.frame for label, part in zip(labels, parts)},
+                          [facts for facts, _ in results])

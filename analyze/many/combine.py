@@ -12,19 +12,27 @@ sizes of hardware combine as SIZE_ROWS says.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from analyze.counters.result import CounterResult
 from analyze.many.traces import TraceFacts, modules_of
-from analyze.present.energy_table import total_of
+from analyze.present.energy_table import TOTAL_KEYS, total_of
 
 # Models whose report rows, summed over a trace's ranks, equal the report of the whole trace.
 # lemaire is not: its qualia convention pools spike rates over every call of every rank, and its
 # buffer sizes are maxima; spikesim is not: its area, stage count and unsupported work describe
 # the network once, whatever the number of ranks. Those two are evaluated whole trace by whole trace.
 RANK_ADDITIVE_MODELS = ("compute", "neuromc")
+# Of those, the models and counters whose numbers, summed over the step ranges of a rank
+# (steps.py), equal the rank's (tests/test_step_shards.py): every fragment, op and module call
+# is one step's. neuron_state is not among them: it replays which storages hold neuron state
+# along the op stream, and a neuron not reset between steps carries its state (snapshots and
+# state-writing outputs of an earlier step) into the next.
+STEP_ADDITIVE_MODELS = ("compute", "neuromc")
+STEP_ADDITIVE_COUNTERS = ("flop", "memory_access", "mac", "ac", "synop", "neuromorphic_memory_access")
 
 # Rows of a report that are sizes of hardware, not amounts of work: (breakdown, key or None for
 # every key) -> how several traces combine them. "max": the largest any trace needs (lemaire's
@@ -113,19 +121,53 @@ def _size_rule(breakdown, key) -> str | None:
     return SIZE_ROWS.get((breakdown, key), SIZE_ROWS.get((breakdown, None)))
 
 
-def add_energy_parts(parts: list[EnergyPart], *, sizes: bool = False) -> EnergyPart:
-    """One report of several: each row (breakdown, key) added over the parts. Over the ranks of a
-    trace (`sizes` False) every row is an amount; over traces (`sizes` True) the rows SIZE_ROWS
-    names combine as it says. A key a report repeats (its n-th occurrence) stays a row of its own."""
+def _identity(values) -> tuple:
+    """A row's key values, NaN as None (NaN is no dictionary key: it equals nothing)."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in values)
+
+
+def _merged_order(frame: pd.DataFrame, identity: list[str], group: list[str]) -> dict[tuple, tuple[int, int]]:
+    """A sortable position per row identity of the concatenated parts: the rows in the order of
+    the first part; a row another part adds goes after the last row of its group so far (its
+    breakdown, for a recost under its preset), else after the row it follows in its part, and
+    after the rows added there before it. So reports holding the same rows keep their order,
+    and a step or an op only a later shard holds joins the rows of its breakdown."""
+    positions: dict[tuple, tuple[int, int]] = {}
+    last: dict[tuple, tuple[int, int]] = {}
+    added = 0
+    previous, part, first = (-1, 0), None, frame["_part"].iloc[0]
+    groups = zip(*(frame[c] for c in group))
+    for row, of_group, in_part in zip(zip(*(frame[c] for c in identity)), groups, frame["_part"]):
+        if in_part != part:
+            previous, part = (-1, 0), in_part
+        row, of_group = _identity(row), _identity(of_group)
+        if row not in positions:
+            added += 1
+            positions[row] = (len(positions), 0) if in_part == first else (last.get(of_group, previous)[0], added)
+        position = positions[row]
+        if position > last.get(of_group, (-1, 0)):
+            last[of_group] = position
+        previous = position
+    return positions
+
+
+def add_energy_parts(parts: list[EnergyPart], *, sizes: bool = False, keys: tuple[str, ...] = ()) -> EnergyPart:
+    """One report of several: each row (breakdown, key) added over the parts. Over the shards of
+    a trace (`sizes` False) every row is an amount; over traces (`sizes` True) the rows SIZE_ROWS
+    names combine as it says. A key a report repeats (its n-th occurrence) stays a row of its own.
+    `keys`: more columns that tell rows apart (a recost's preset and swept values)."""
     if len(parts) == 1:
         return parts[0]
     columns = list(dict.fromkeys(c for p in parts for c in p.frame.columns))
-    frames = [p.frame.assign(_occurrence=p.frame.groupby(["breakdown", "key"], sort=False).cumcount())
-              for p in parts if len(p.frame)]
+    named = [*keys, "breakdown", "key"]
+    frames = [p.frame.assign(_occurrence=p.frame.groupby(named, sort=False, dropna=False).cumcount(), _part=i)
+              for i, p in enumerate(parts) if len(p.frame)]
+    if not frames:
+        return EnergyPart(parts[0].frame, list(dict.fromkeys(w for p in parts for w in p.warnings)))
     frame = pd.concat(frames, ignore_index=True)
-    keys = ["breakdown", "key", "_occurrence"]
-    numbers = [c for c in columns if c not in ("breakdown", "key") and pd.api.types.is_numeric_dtype(frame[c])]
-    texts = [c for c in columns if c not in ("breakdown", "key", *numbers)]
+    keys = [*named, "_occurrence"]
+    numbers = [c for c in columns if c not in named and pd.api.types.is_numeric_dtype(frame[c])]
+    texts = [c for c in columns if c not in (*named, *numbers)]
     rules = [_size_rule(b, k) if sizes else None for b, k in zip(frame["breakdown"], frame["key"])]
     frame = frame.assign(_rule=rules)
     frame = frame[frame["_rule"] != "per trace"]
@@ -135,10 +177,10 @@ def add_energy_parts(parts: list[EnergyPart], *, sizes: bool = False) -> EnergyP
     by_max = grouped["_rule"].first().eq("max")
     added.loc[by_max, numbers] = largest.loc[by_max, numbers]
     added = added.join(grouped[texts].first()) if texts else added
-    # the breakdowns in the order the reports list them, each one's keys in first-seen order
+    positions = _merged_order(frame, keys, named[:-1])
     added = added.reset_index()
-    position = {b: i for i, b in enumerate(dict.fromkeys(added["breakdown"]))}
-    added = added.assign(_position=added["breakdown"].map(position)).sort_values("_position", kind="stable")
+    added = added.assign(_position=[positions[_identity(row)] for row in zip(*(added[c] for c in keys))])
+    added = added.sort_values("_position", kind="stable")
     warnings = list(dict.fromkeys(w for p in parts for w in p.warnings))
     return EnergyPart(added[columns].reset_index(drop=True), warnings)
 
@@ -187,3 +229,23 @@ class CombinedEnergy:
     def modules(self) -> pd.DataFrame:
         return modules_of(self.traces)
 
+
+
+@dataclass
+class CombinedRecost:
+    """A recost of several traces: `frame` every trace's rows (one per preset and breakdown
+    entry, analyze.energy.recost's) added per preset (sizes as SIZE_ROWS says), `by_trace`
+    each trace's rows."""
+
+    model: str
+    frame: pd.DataFrame
+    by_trace: dict[str, pd.DataFrame]
+    traces: list[TraceFacts]
+
+    def totals_by_trace(self) -> pd.DataFrame:
+        """trace, preset, pj: each trace's total under each preset."""
+        rows = []
+        for label, frame in self.by_trace.items():
+            totals = frame[frame["breakdown"].eq("total") & frame["key"].isin(TOTAL_KEYS)]
+            rows += [(label, preset, pj) for preset, pj in zip(totals["preset"], totals["pj"])]
+        return pd.DataFrame(rows, columns=["trace", "preset", "pj"])

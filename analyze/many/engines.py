@@ -1,11 +1,16 @@
 """Where the work runs: in this process, trace after trace, or on a Dask distributed cluster.
 
-The in-process engine evaluates each whole trace as a single trace is evaluated. The dask
-engine first reads every trace's facts (its ranks, the model it gets) as one task per trace,
-then runs one task per (trace, rank) shard, `open_trace(path, ranks=[r])`, each the same
-in-process evaluation; a trace's shard results are added on the cluster (a tree of `add`
-tasks), and only each trace's small result comes back. Work that does not add up over ranks
-(energy models outside RANK_ADDITIVE_MODELS) runs as one task per whole trace.
+The in-process engine evaluates each trace as a single trace is evaluated, and a large one
+(more than the work's shard_events events, where its numbers add up over shards and its
+evaluation holds them in memory: NeuroMC's mapping) shard after shard: ranks packed up to that
+many events, a larger rank cut into step ranges (shards.py), each opened on its own, so that
+memory follows the shard, not the trace. The dask engine first
+reads every trace's facts and shards (its ranks, the model it gets, the step ranges of large
+ranks) as one task per trace, then runs one task per shard: per (trace, rank), or (trace, rank,
+step range) for a rank of more than shard_events events, each the same in-process evaluation;
+a trace's shard results are added on the cluster (a tree of `add` tasks), and only each trace's
+small result comes back. Work that does not add up over ranks (energy models outside
+RANK_ADDITIVE_MODELS) runs as one task per whole trace.
 
 Dask is imported only here and only for engine="dask": it is the optional `cluster` extra.
 """
@@ -16,7 +21,7 @@ import contextlib
 import logging
 import os
 
-from analyze.many.shards import evaluate, plan
+from analyze.many.shards import evaluate_shard, evaluate_trace, plan
 from analyze.trace import TraceError
 
 ENGINES = ("in-process", "dask")
@@ -28,13 +33,13 @@ class EngineUnavailable(RuntimeError):
 
 
 class InProcessEngine:
-    """Each trace opened and evaluated whole, here, one after another."""
+    """Each trace evaluated here, one after another: whole, or shard after shard when large."""
 
     def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
         from analyze.present.progress import each
 
         shown = each(labels, "traces", "trace", enabled=progress and len(labels) > 1)
-        results = [evaluate(work, label) for label in shown]
+        results = [evaluate_trace(work, label) for label in shown]
         work.agreed([facts for facts, _ in results])
         return results
 
@@ -48,18 +53,13 @@ class DaskEngine:
     def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
         """(`progress` is the in-process engine's; Dask's dashboard shows a cluster's tasks.)"""
         client = self.client
-        if not work.splits_by_rank():
-            results = client.gather(client.map(_on_worker, [evaluate] * len(labels), [work] * len(labels), labels,
-                                               pure=False))
-            work.agreed([facts for facts, _ in results])
-            return results
-        facts = client.gather(client.map(_on_worker, [plan] * len(labels), [work] * len(labels), labels, pure=False))
-        work = work.agreed(facts)
+        planned = client.gather(client.map(_on_worker, [plan] * len(labels), [work] * len(labels), labels, pure=False))
+        work = work.agreed([facts for facts, _ in planned])
         per_trace = []
-        for fact in facts:
-            shards = [client.submit(_shard, work, fact.label, rank, pure=False) for rank in work.shard_ranks(fact.ranks)]
-            per_trace.append(self._added(work.add, shards))
-        return list(zip(facts, client.gather(per_trace)))
+        for facts, shards in planned:
+            futures = [client.submit(_shard, work, facts.label, shard, pure=False) for shard in shards]
+            per_trace.append(self._added(work.add, futures))
+        return [(facts, result) for (facts, _), result in zip(planned, client.gather(per_trace))]
 
     def _added(self, add, futures: list):
         """One future of `futures`' results added, by a tree of tasks of FAN_IN each."""
@@ -82,8 +82,8 @@ def _on_worker(task, *args):
     raise TraceError(message)  # outside the except block: no unpicklable __context__ attached
 
 
-def _shard(work, label: str, rank: int):
-    return _on_worker(evaluate, work, label, [rank])[1]
+def _shard(work, label: str, shard):
+    return _on_worker(evaluate_shard, work, label, shard)
 
 
 def _default_workers() -> int:
