@@ -71,7 +71,7 @@ def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_
 
     Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
     (csv and parquet: each one's rows, with a trace column). --engine dask runs them on a Dask
-    cluster, one task per (trace, rank): spiketrace counts runs/ --by trace --engine dask --workers 4
+    cluster, one task per (trace, rank, step range): spiketrace counts runs/ --by trace --engine dask --workers 4
 
     Exit codes: 0 success; 1 --strict or --min-coverage not met (after printing the report);
     2 bad arguments (an unknown counter) or the trace could not be read."""
