@@ -20,6 +20,14 @@ def _lif(detach_reset=False):
     return neuron.LIFNode(tau=2.0, surrogate_function=surrogate.ATan(), detach_reset=detach_reset)
 
 
+def _classify_images(net, steps: int, batch: int):
+    """Multi-step `net` classifying `batch` random 32x32 RGB images shown for `steps` time steps."""
+    functional.set_step_mode(net, "m")
+    x = torch.rand(batch, 3, 32, 32).unsqueeze(0).repeat(steps, 1, 1, 1, 1)
+    target = torch.arange(batch) % 10
+    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+
+
 def mlp():
     net = nn.Sequential(
         layer.Linear(784, 800, bias=False), _lif(), layer.Linear(800, 10, bias=False), _lif()
@@ -41,10 +49,7 @@ def vgg():
         *block(3, 32), *block(32, 32), layer.MaxPool2d(2), *block(32, 64), *block(64, 64), layer.MaxPool2d(2),
         layer.Flatten(), layer.Linear(64 * 8 * 8, 10),
     )
-    functional.set_step_mode(net, "m")
-    x = torch.rand(16, 3, 32, 32).unsqueeze(0).repeat(4, 1, 1, 1, 1)
-    target = torch.arange(16) % 10
-    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+    return _classify_images(net, steps=4, batch=16)
 
 
 class SEWBlock(nn.Module):
@@ -82,11 +87,7 @@ class SEWNet(nn.Module):
 
 
 def sew():
-    net = SEWNet()
-    functional.set_step_mode(net, "m")
-    x = torch.rand(8, 3, 32, 32).unsqueeze(0).repeat(4, 1, 1, 1, 1)
-    target = torch.arange(8) % 10
-    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+    return _classify_images(SEWNet(), steps=4, batch=8)
 
 
 class BasicBlock(nn.Module):
@@ -127,11 +128,7 @@ class SpikingResNet18(nn.Module):
 
 
 def resnet18():
-    net = SpikingResNet18()
-    functional.set_step_mode(net, "m")
-    x = torch.rand(2, 3, 32, 32).unsqueeze(0).repeat(2, 1, 1, 1, 1)  # T=2, batch 2
-    target = torch.arange(2) % 10
-    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+    return _classify_images(SpikingResNet18(), steps=2, batch=2)
 
 
 class SpikingSelfAttention(nn.Module):
@@ -184,11 +181,7 @@ class Spikformer(nn.Module):
 
 
 def spikformer():
-    net = Spikformer()
-    functional.set_step_mode(net, "m")
-    x = torch.rand(4, 3, 32, 32).unsqueeze(0).repeat(4, 1, 1, 1, 1)  # T=4, batch 4
-    target = torch.arange(4) % 10
-    return net, x, target, lambda out, y: nn.functional.cross_entropy(out.mean(0), y)
+    return _classify_images(Spikformer(), steps=4, batch=4)
 
 
 def transformer():
