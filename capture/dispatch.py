@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from capture.arguments import encode_call
 from capture.packed_bits import bits_bytes, pack_bits
 from capture.context import RecordingContext
-from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS
+from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, one_op
 from capture.tensors import excluded_from_modes, has_values, immediate_stats, modes_would_see
 from capture.propagation import PROPAGATION
 from capture.collectives import COLLECTIVES, collective_outputs, collective_row
@@ -284,7 +284,7 @@ class OpLog:
             return  # values that cannot be read (a freed storage): the statistics are not taken
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.context.keep_binary_inputs
-        with torch.no_grad():
+        with torch.no_grad(), one_op(flags):  # what its statistics share comes from this op's operands
             for stat in statistic_names:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:
@@ -300,7 +300,11 @@ class OpLog:
                         if valid is False:
                             continue
                         valid = valid if isinstance(valid, torch.Tensor) else None
-                    self._append_stat(seq, stat, STATISTIC_FUNCTIONS[stat](args, out), valid)
+                    if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
+                        value = 1.0  # a 0/1 operand is ternary: no scan
+                    else:
+                        value = STATISTIC_FUNCTIONS[stat](args, out)
+                    self._append_stat(seq, stat, value, valid)
                 except Exception as exc:  # noqa: BLE001 - see the module docstring
                     self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
             if keep:

@@ -132,6 +132,40 @@ def _count_true(mask: torch.Tensor) -> int:
     return int(torch.count_nonzero(mask))
 
 
+# numpy's type string of each dtype it can read as it is (bfloat16 and complex: torch counts).
+_NUMPY_TYPESTRS = {} if numpy is None else {
+    dtype: numpy.dtype(name).str for dtype, name in (
+        (torch.float32, "float32"), (torch.float64, "float64"), (torch.float16, "float16"), (torch.int8, "int8"),
+        (torch.uint8, "uint8"), (torch.int16, "int16"), (torch.int32, "int32"), (torch.int64, "int64"))
+}
+
+
+class _Memory:
+    """A CPU tensor's elements as numpy reads them through __array_interface__: no `.numpy()`
+    on the user's tensor (see the module docstring), no copy, read-only."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, t: torch.Tensor, typestr: str) -> None:
+        size = t.element_size()
+        self.__array_interface__ = {"version": 3, "typestr": typestr, "data": (t.data_ptr(), True),
+                                    "shape": tuple(t.shape), "strides": tuple(s * size for s in t.stride())}
+
+
+def _count_ones(t: torch.Tensor) -> int:
+    """Number of elements equal to 1: numpy's one comparison pass reads the tensor's memory
+    where it can (2x faster than torch's subtract-and-cast), else torch counts."""
+    typestr = _NUMPY_TYPESTRS.get(t.dtype)
+    if typestr is not None and not t.is_neg():  # a negative view's memory holds the negated values
+        return int(numpy.count_nonzero(numpy.asarray(_Memory(t, typestr)) == 1))
+    # x - 1 == 0 exactly when x == 1 (IEEE subtraction, and integers modulo their width); NaN -
+    # 1 is NaN, non-zero. The subtraction and cast are faster than torch's comparison kernels.
+    try:
+        return t.numel() - _count_true(t.detach().sub(1).bool())  # detach: builds no autograd node
+    except RuntimeError:  # a dtype without subtraction (uint16, uint32, ...)
+        return int(torch.count_nonzero(t == 1))
+
+
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
     numel = t.numel()
@@ -150,14 +184,8 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     first = t[(0,) * t.dim()].item()
     if first != 0 and first != 1:
         return nnz, False
-    # Every value is 0 or 1 exactly when the non-zeros are all ones. x - 1 == 0 exactly when
-    # x == 1 (IEEE subtraction, and integers modulo their width); NaN - 1 is NaN, non-zero.
-    # The subtraction and cast are faster than torch's comparison kernels.
-    try:
-        ones = numel - _count_true(t.detach().sub(1).bool())  # detach: builds no autograd node
-    except RuntimeError:  # a dtype without subtraction (uint16, uint32, ...)
-        ones = int(torch.count_nonzero(t == 1))
-    return nnz, ones == nnz
+    # Every value is 0 or 1 exactly when the non-zeros are all ones.
+    return nnz, _count_ones(t) == nnz
 
 
 class TensorRegistry:
