@@ -68,8 +68,9 @@ def _safe_op_name(func) -> str:
 
 
 # The buffers' physical columns (capture/table_buffer.py BUFFER_GROUPS): an event's context
-# fields are one interned tuple, and so are a use's (role, position, name, item).
-_EVENT_COLUMNS = ("seq", "op", "$context", "args", "kwargs", "out")
+# fields are one interned tuple, and so are its call's (op, args, kwargs, out JSON) and a
+# use's (role, position, name, item).
+_EVENT_COLUMNS = ("seq", "$call", "$context")
 _USE_COLUMNS = ("seq", "k", "$slot", "tensor_id")
 _CONTEXT = BUFFER_GROUPS["events"]["$context"]
 
@@ -80,6 +81,7 @@ def _fields(columns, groups) -> set[str]:
 
 if (_fields(_EVENT_COLUMNS, BUFFER_GROUPS["events"]) != set(TABLES["events"].names)
         or _fields(_USE_COLUMNS, BUFFER_GROUPS["event_tensors"]) != set(TABLES["event_tensors"].names)
+        or BUFFER_GROUPS["events"]["$call"] != ("op", "args", "kwargs", "out")
         or _CONTEXT != ("step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread", "scope_id",
                         "recompute")):
     raise AssertionError("capture.dispatch column lists are out of step with schemas.tables")
@@ -163,6 +165,9 @@ class OpLog:
         # The last event context: its key (what it is made of) and the tuple the rows share.
         self._context_key: tuple | None = None
         self._context: tuple | None = None
+        # (op, args, kwargs, out JSON) -> that very tuple: one object per distinct call shape,
+        # which the events buffer holds per row (an op mostly recurs with the same arguments)
+        self._calls: dict[tuple, tuple] = {}
         # id(OpOverload) -> OpPlan: torch keeps every OpOverload for the life of the process,
         # and id() avoids OpOverload's Python __hash__ on every op.
         self.plans: dict[int, OpPlan] = {}
@@ -226,8 +231,12 @@ class OpLog:
             self._context = (step, None, "unlabeled", None, grad_enabled, in_backward, thread, scope_id, recompute) \
                 if stage is None else \
                 (step, stage.stage_id, stage.name, stage.phase, grad_enabled, in_backward, thread, scope_id, recompute)
+        call = (name, args_json, kwargs_json, out_json)
+        calls = self._calls
+        if len(calls) > 65536:
+            calls.clear()
         e = self._event_appends
-        e[0](seq); e[1](name); e[2](self._context); e[3](args_json); e[4](kwargs_json); e[5](out_json)
+        e[0](seq); e[1](calls.setdefault(call, call)); e[2](self._context)
 
         if collective or plan.statistics:  # rare ops, which may hold tensor subclasses: always guarded
             with excluded_from_modes():

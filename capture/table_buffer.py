@@ -13,11 +13,24 @@ import sys
 from array import array
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
-def _compact(f: pa.Field) -> bool:
-    """Held as array('q'): a non-nullable integer column."""
-    return pa.types.is_integer(f.type) and not f.nullable
+# array typecodes by integer width (in bits): a column takes no more bytes a value than its type.
+_TYPECODES = {8: "b", 16: "h", 32: "i", 64: "q"}
+# Nullable columns held as arrays all the same, a value they never take standing for null:
+# one byte (is01) or eight (nnz) a row instead of a list slot and, for nnz, an int object.
+NULL_SENTINELS: dict[str, dict[str, int]] = {"tensors": {"nnz": -1, "is01": -1}}
+
+
+def _typecode(f: pa.Field, sentinels: dict[str, int]) -> str | None:
+    """The array typecode of a column held as an array, None for a list: a non-nullable
+    integer column, or a nullable integer or bool column with a null sentinel."""
+    if f.name in sentinels:
+        return "b" if pa.types.is_boolean(f.type) else _TYPECODES[f.type.bit_width]
+    if pa.types.is_integer(f.type) and not f.nullable:
+        return _TYPECODES[f.type.bit_width]
+    return None
 
 
 # Fields that change together and repeat from row to row, held as one interned tuple per row
@@ -25,7 +38,8 @@ def _compact(f: pa.Field) -> bool:
 # row instead of one per field. The writer unzips them into their fields at flush.
 BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
     "events": {"$context": ("step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
-                            "scope_id", "recompute")},
+                            "scope_id", "recompute"),
+               "$call": ("op", "args", "kwargs", "out")},
     "event_tensors": {"$slot": ("role", "position", "name", "item")},
     "tensors": {"$kind": ("dtype", "element_size", "device", "requires_grad", "is_meta", "is_parameter",
                           "parameter")},
@@ -47,9 +61,13 @@ class TableBuffer:
         unknown = grouped - set(schema.names)
         if unknown:
             raise AssertionError(f"buffer groups of {name} name fields it does not have: {sorted(unknown)}")
-        self.columns: dict[str, list | array] = {
-            f.name: array("q") if _compact(f) else [] for f in schema if f.name not in grouped
-        }
+        # null stands as this value in these array columns (appenders write it for None)
+        self.sentinels = dict(NULL_SENTINELS.get(name, {}))
+        self.columns: dict[str, list | array] = {}
+        for f in schema:
+            if f.name not in grouped:
+                typecode = _typecode(f, self.sentinels)
+                self.columns[f.name] = [] if typecode is None else array(typecode)
         for group in self.groups:
             self.columns[group] = []
 
@@ -71,10 +89,14 @@ class TableBuffer:
 
     def append(self, **values) -> None:
         """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
-        groups = self.groups
+        groups, sentinels = self.groups, self.sentinels
         for name, column in self.columns.items():
             members = groups.get(name)
-            column.append(values.get(name) if members is None else tuple(values.get(m) for m in members))
+            if members is not None:
+                column.append(tuple(values.get(m) for m in members))
+            else:
+                value = values.get(name)
+                column.append(sentinels[name] if value is None and name in sentinels else value)
 
     def field_values(self) -> dict[str, list | array]:
         """Every field's values in row order, groups unzipped into their fields."""
@@ -91,7 +113,12 @@ class TableBuffer:
         for f in self.schema:
             column = fields[f.name]
             if isinstance(column, array):  # a copy of its buffer: the array stays resizable
-                values = pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(column.tobytes())])
+                width = pa.int8() if column.itemsize == 1 else pa.int16() if column.itemsize == 2 else \
+                    pa.int32() if column.itemsize == 4 else pa.int64()
+                values = pa.Array.from_buffers(width, len(column), [None, pa.py_buffer(column.tobytes())])
+                sentinel = self.sentinels.get(f.name)
+                if sentinel is not None:
+                    values = pc.if_else(pc.equal(values, sentinel), pa.scalar(None, width), values)
                 arrays.append(values.cast(f.type))
             else:
                 arrays.append(pa.array(column, type=f.type))

@@ -224,7 +224,8 @@ class TensorRegistry:
         self._kinds: dict[tuple, tuple[str, int, str]] = {}
         # (dtype, device, requires_grad, is_meta, parameter name) -> the row's interned kind tuple
         self._row_kinds: dict[tuple, tuple] = {}
-        if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$kind") != _KIND:
+        if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$kind") != _KIND or \
+                rows.sentinels != {"nnz": -1, "is01": -1}:
             raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
         self._tuples: dict[tuple, tuple] = {}  # shapes and strides, one object per distinct value
@@ -337,6 +338,8 @@ class TensorRegistry:
         name = self.parameter_names.get(id(t))
         pending = isinstance(stats, PendingStats)
         nnz, is01 = (None, None) if pending else stats
+        # null is -1 in these array columns (capture/table_buffer.py NULL_SENTINELS)
+        nnz, is01 = -1 if nnz is None else nnz, -1 if is01 is None else is01
         # Everything is computed above, so these appends cannot stop halfway.
         a = self._append
         tuples = self._tuples
@@ -384,5 +387,7 @@ class TensorRegistry:
         for row, stats in self.pending:
             if stats.nnz is None and (stats._nnz_tensor is not None or stats._source is not None):
                 stats.resolve(fetched)
-            c["nnz"][row], c["is01"][row] = stats.nnz, stats.is01
+            # null is -1 in these array columns (capture/table_buffer.py NULL_SENTINELS)
+            c["nnz"][row] = -1 if stats.nnz is None else stats.nnz
+            c["is01"][row] = -1 if stats.is01 is None else stats.is01
         self.pending.clear()
