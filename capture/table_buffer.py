@@ -41,8 +41,8 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
                             "scope_id", "recompute"),
                "$call": ("op", "args", "kwargs", "out")},
     "event_tensors": {"$slot": ("role", "position", "name", "item")},
-    "tensors": {"$kind": ("dtype", "element_size", "device", "requires_grad", "is_meta", "is_parameter",
-                          "parameter")},
+    "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device",
+                          "requires_grad", "is_meta", "is_parameter", "parameter")},
 }
 
 

@@ -64,13 +64,12 @@ def storage_pointer(t: torch.Tensor) -> int:
         return -1
 
 
-# The buffer's physical columns: a row's kind (dtype, element_size, device, requires_grad,
-# is_meta, is_parameter, parameter) is one interned tuple (capture/table_buffer.py BUFFER_GROUPS).
-_ROW_COLUMNS = (
-    "tensor_id", "uid", "version", "first_seq", "shape", "stride", "storage_offset", "$kind", "numel",
-    "storage_ptr", "nnz", "is01",
-)
-_KIND = ("dtype", "element_size", "device", "requires_grad", "is_meta", "is_parameter", "parameter")
+# The buffer's physical columns: a row's form (shape, stride, storage_offset, numel, dtype,
+# element_size, device, requires_grad, is_meta, is_parameter, parameter) is one interned tuple
+# (capture/table_buffer.py BUFFER_GROUPS): the same activations recur every step.
+_ROW_COLUMNS = ("tensor_id", "uid", "version", "first_seq", "$form", "storage_ptr", "nnz", "is01")
+_FORM = ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device", "requires_grad",
+         "is_meta", "is_parameter", "parameter")
 
 
 def has_values(t: torch.Tensor) -> bool:
@@ -222,13 +221,14 @@ class TensorRegistry:
         self._refs: dict[weakref.ref, tuple[int, int]] = {}  # weakref -> (id, uid)
         # (dtype, device) -> (dtype name, element size, device string)
         self._kinds: dict[tuple, tuple[str, int, str]] = {}
-        # (dtype, device, requires_grad, is_meta, parameter name) -> the row's interned kind tuple
+        # (dtype, device, requires_grad, is_meta, parameter name) -> the interned kind tuple
         self._row_kinds: dict[tuple, tuple] = {}
-        if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$kind") != _KIND or \
+        if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$form") != _FORM or \
                 rows.sentinels != {"nnz": -1, "is01": -1}:
             raise AssertionError("capture.tensors._ROW_COLUMNS is out of step with schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
-        self._tuples: dict[tuple, tuple] = {}  # shapes and strides, one object per distinct value
+        # (shape, stride, storage_offset, numel, kind) -> the row's interned form tuple
+        self._forms: dict[tuple, tuple] = {}
         self._append = [column.append for column in self._columns]  # bound once: the hot path
 
     # -- liveness ---------------------------------------------------------------------------
@@ -340,11 +340,6 @@ class TensorRegistry:
         nnz, is01 = (None, None) if pending else stats
         # null is -1 in these array columns (capture/table_buffer.py NULL_SENTINELS)
         nnz, is01 = -1 if nnz is None else nnz, -1 if is01 is None else is01
-        # Everything is computed above, so these appends cannot stop halfway.
-        a = self._append
-        tuples = self._tuples
-        if len(tuples) > 65536:
-            tuples.clear()
         row_key = (kind_key, requires_grad, is_meta, name)
         row_kind = self._row_kinds.get(row_key)
         if row_kind is None:
@@ -352,9 +347,15 @@ class TensorRegistry:
                 self._row_kinds.clear()
             row_kind = self._row_kinds[row_key] = (kind[0], kind[1], kind[2], requires_grad, is_meta,
                                                    name is not None, name)
-        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](tuples.setdefault(shape, shape))
-        a[5](tuples.setdefault(stride, stride)); a[6](offset); a[7](row_kind); a[8](numel); a[9](storage)
-        a[10](nnz); a[11](is01)
+        form_key = (shape, stride, offset, numel, row_kind)
+        form = self._forms.get(form_key)
+        if form is None:
+            if len(self._forms) > 65536:
+                self._forms.clear()
+            form = self._forms[form_key] = (shape, stride, offset, numel, *row_kind)
+        # Everything is computed above, so these appends cannot stop halfway.
+        a = self._append
+        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](form); a[5](storage); a[6](nnz); a[7](is01)
         if pending:
             self.pending.append((len(self._columns[0]) - 1, stats))
 
