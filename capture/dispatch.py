@@ -27,8 +27,8 @@ from capture.arguments import encode_call
 from capture.packed_bits import bits_bytes, pack_bits
 from capture.context import RecordingContext
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, one_op
-from capture.tensors import excluded_from_modes, has_values, immediate_stats, modes_would_see
-from capture.propagation import PROPAGATION
+from capture.tensors import excluded_from_modes, has_values, immediate_stats
+from capture.propagation import PROPAGATION, propagated
 from capture.collectives import COLLECTIVES, collective_outputs, collective_row
 from capture.decompositions import decomposition_plan, may_decompose, run_decomposed
 from capture.tracker import in_recomputation
@@ -210,7 +210,7 @@ class OpLog:
                     role, position, key = slot[0], slot[1], slot[2]
                     known = _NOT_SCANNED if collective else None
                     if propagate is not None and role == "out" and t is out:
-                        known = _propagated(propagate, args, kwargs, out, registry.stats_of)
+                        known = propagated(propagate, args, kwargs, out, registry.stats_of)
                     written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
                     wanted = role == "arg" and position in wanted_positions
                     tensor_id = registry.describe(t, seq, known_stats=known, written=written, wanted=wanted)
@@ -387,19 +387,3 @@ class OpLog:
         self._weight_checks.clear()
         self._weight_binary = {k: v for k, v in self._weight_binary.items() if not isinstance(v, torch.Tensor)}
 
-
-def unseen(function, *arguments):
-    """Run a part of the record whose ops no dispatch mode may see: under the exclusion guard
-    only when a mode would see them (capture/tensors.py modes_would_see)."""
-    if modes_would_see():
-        with excluded_from_modes():
-            return function(*arguments)
-    return function(*arguments)
-
-
-def _propagated(propagate, args, kwargs, out, known):
-    """A propagation rule's (nnz, is01), or None (scan instead) if the rule cannot apply."""
-    try:
-        return unseen(propagate, args, kwargs, out, known)  # a rule may compare a tensor with a number
-    except Exception:  # noqa: BLE001 - scanning gives the same values: nothing is lost
-        return None

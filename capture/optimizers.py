@@ -80,12 +80,12 @@ class OptimizerLog:
                     param_index=param_index,
                     parameter=name,
                     module_id=self._owner(name),
-                    shape=list(p.shape),
+                    shape=tuple(p.shape),  # tuples: the row's parameter group is interned (table_buffer)
                     ndim=p.ndim,
                     numel=p.numel(),
                     dtype=str(p.dtype).removeprefix("torch."),
                     has_grad=p.grad is not None,
-                    state_keys=sorted(str(k) for k in optimizer.state.get(p, {})),
+                    state_keys=tuple(sorted(str(k) for k in optimizer.state.get(p, {}))),
                 ))
         for row in rows:  # all of the call's rows or none
             self.rows.append(**row)

@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from capture.tensors import excluded_from_modes, modes_would_see
+
 Known = Callable[[torch.Tensor], "tuple[int, bool] | None"]
 
 
@@ -73,3 +75,20 @@ PROPAGATION: dict[str, Callable] = {
     "aten._to_copy.default": binary_cast,
     "aten.neg.default": negated,
 }
+
+
+def unseen(function, *arguments):
+    """Run a part of the record whose ops no dispatch mode may see: under the exclusion guard
+    only when a mode would see them (capture/tensors.py modes_would_see)."""
+    if modes_would_see():
+        with excluded_from_modes():
+            return function(*arguments)
+    return function(*arguments)
+
+
+def propagated(propagate, args, kwargs, out, known):
+    """A propagation rule's (nnz, is01), or None (scan instead) if the rule cannot apply."""
+    try:
+        return unseen(propagate, args, kwargs, out, known)  # a rule may compare a tensor with a number
+    except Exception:  # noqa: BLE001 - scanning gives the same values: nothing is lost
+        return None

@@ -348,8 +348,9 @@ class Recorder:
             context.current_record = tracker_name
             registry = context.registry
             wanted = kind in SYNAPTIC_LEVEL_HOOKS  # layer inputs and outputs (schemas/statistics_levels.py)
-            ids = [None if t is None else registry.describe(t, seq, wanted=wanted) for t in tensors]
-            kwarg_ids = [registry.describe(t, seq, wanted=wanted) for t in kwarg_tensors]
+            # tuples: no spare capacity kept per buffered row, as a list would
+            ids = tuple([None if t is None else registry.describe(t, seq, wanted=wanted) for t in tensors])
+            kwarg_ids = tuple([registry.describe(t, seq, wanted=wanted) for t in kwarg_tensors])
             stage = context.current_stage
             context.writer.tables["module_events"].append(
                 seq=seq,

@@ -43,7 +43,15 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
     "event_tensors": {"$slot": ("role", "position", "name", "item")},
     "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device",
                           "requires_grad", "is_meta", "is_parameter", "parameter")},
+    # appended with append(), which interns each group's tuple itself
+    "module_events": {"$hook": ("kind", "module_id", "tracker_name", "step", "stage_id", "stage", "phase",
+                                "grad_enabled", "training", "thread", "inputs_require_grad", "recompute")},
+    "optimizer_steps": {"$parameter": ("optimizer_index", "optimizer_class", "group_index", "hyperparameters",
+                                       "param_index", "parameter", "module_id", "shape", "ndim", "numel", "dtype",
+                                       "has_grad", "state_keys")},
 }
+# Distinct tuples append() keeps per group before it starts over (a bound on the memo, not on the rows).
+INTERNED_PER_GROUP = 65536
 
 
 class TableBuffer:
@@ -70,6 +78,7 @@ class TableBuffer:
                 self.columns[f.name] = [] if typecode is None else array(typecode)
         for group in self.groups:
             self.columns[group] = []
+        self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
 
     def clear(self) -> None:
         # In place: hot paths keep references to these very lists.
@@ -88,12 +97,22 @@ class TableBuffer:
                 del column[complete:]
 
     def append(self, **values) -> None:
-        """Append one row; convenient for the rare tables (hot paths fill columns directly)."""
+        """Append one row; for the tables written once per hook or step, not per op (hot paths
+        fill columns directly). A group's tuple is interned: equal rows share one object."""
         groups, sentinels = self.groups, self.sentinels
         for name, column in self.columns.items():
             members = groups.get(name)
             if members is not None:
-                column.append(tuple(values.get(m) for m in members))
+                row = tuple(values.get(m) for m in members)
+                interned = self._interned[name]
+                try:
+                    row = interned.setdefault(row, row)
+                except TypeError:  # a list-valued member: unhashable, kept as it is
+                    pass
+                else:
+                    if len(interned) > INTERNED_PER_GROUP:
+                        interned.clear()
+                column.append(row)
             else:
                 value = values.get(name)
                 column.append(sentinels[name] if value is None and name in sentinels else value)
