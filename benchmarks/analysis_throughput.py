@@ -2,7 +2,7 @@
 steps, 1M and 10M events of a real training trace.
 
     python benchmarks/analysis_throughput.py [--sizes 100s,600s,1000000,10000000] [--repeats 1] [--workload vgg]
-                                             [--engines 4x100000]
+                                             [--engines 4x100000] [--keep DIR]
 
 1. Capture `--steps` real training steps of a workload (benchmarks/workloads.py) with Recorder.
 2. Tile them into a trace of each size of `--sizes` (`Ns`: N training steps; a number: at
@@ -11,14 +11,15 @@ steps, 1M and 10M events of a real training trace.
    step, call_index) so that the result is a valid trace; scopes and modules are shared, not
    tiled. Tiles stream through capture.writer.TraceWriter (its zstd level, delta encoding,
    footer keys and manifest), one part per `--part-events` events (Recorder's default flush).
-   The first trace is checked once with trace.validate(), outside timing.
+   The first trace is checked once with trace.validate(), outside timing. With --keep DIR the
+   captured steps and the traces stay in DIR, and a later run with --no-online reuses them.
 3. Per trace and command, in a child process of its own (so each reports its own peak RSS,
    VmHWM): analyze.counters.count(trace) with all five counters, and
    analyze.energy.energy(trace, model) for compute, neuromc, lemaire and spikesim (the mapping
-   and one costing under the model's default preset): the median of `--repeats` runs, each on
-   a fresh open_trace (opening timed apart); and `energy neuromc sharded`,
-   analyze.many.energy(path, "neuromc") (the in-process engine: a rank of more than
-   analyze.many.SHARD_EVENTS events evaluated step range by step range; opening included).
+   and one costing under the model's default preset; NeuroMC maps a rank of more than
+   analyze.many.SHARD_EVENTS events a step range at a time): the median of `--repeats` runs,
+   each on a fresh open_trace (opening timed apart); and `energy neuromc whole`, NeuroMC
+   mapping the trace in one piece (shard_events past its events), for comparison.
    A command past `--timeout` seconds is stopped.
    A profile splits count(trace) by statement on the first trace and shows the slowest one's
    heaviest DuckDB operators.
@@ -80,8 +81,8 @@ SHIFTS = {
 }
 PART_EVENTS = inspect.signature(TraceWriter).parameters["flush_rows"].default
 ENERGY_MODELS = ("compute", "neuromc", "lemaire", "spikesim")
-SHARDED = " sharded"  # a command run by analyze.many's in-process engine, on the trace's path
-COMMANDS = ("count", *(f"energy {model}" for model in ENERGY_MODELS), f"energy neuromc{SHARDED}")  # count: all five
+WHOLE = " whole"  # NeuroMC mapping a trace in one piece, however large
+COMMANDS = ("count", *(f"energy {model}" for model in ENERGY_MODELS), f"energy neuromc{WHOLE}")  # count: all five
 
 
 def capture(workload: str, steps: int, path: Path, repeats: int) -> tuple[int, float, float]:
@@ -187,29 +188,16 @@ def run_command(trace, command: str) -> None:
     if command == "count":
         count(trace)
     else:
+        options = {"shard_events": 2**62} if command.endswith(WHOLE) else {}
         with warnings.catch_warnings():  # model scope warnings: the trace is a training step, on purpose
             warnings.simplefilter("ignore")
-            energy(trace, command.split()[1])
-
-
-def run_sharded(path: Path, command: str) -> None:
-    from analyze import many
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        many.energy(path, command.removesuffix(SHARDED).split()[1])
+            energy(trace, command.removesuffix(WHOLE).split()[1], **options)
 
 
 def measure_here(path: Path, command: str, repeats: int) -> dict:
-    """Median seconds of open_trace and of `command` over `repeats` runs, and the peak RSS (a
-    sharded command opens its shards itself: open None, its seconds include them)."""
+    """Median seconds of open_trace and of `command` over `repeats` runs, and the peak RSS."""
     opens, runs = [], []
-    for _ in range(repeats if command.endswith(SHARDED) else 0):
-        start = time.perf_counter()
-        run_sharded(path, command)
-        opens.append(None)
-        runs.append(time.perf_counter() - start)
-    for _ in range(0 if command.endswith(SHARDED) else repeats):
+    for _ in range(repeats):
         start = time.perf_counter()
         with open_trace(path) as trace:
             opened = time.perf_counter()
@@ -217,7 +205,7 @@ def measure_here(path: Path, command: str, repeats: int) -> dict:
         opens.append(opened - start)
         runs.append(time.perf_counter() - opened)
     hwm_kb = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
-    return {"open": None if None in opens else statistics.median(opens), "seconds": statistics.median(runs),
+    return {"open": statistics.median(opens), "seconds": statistics.median(runs),
             "range": (min(runs), max(runs)), "hwm_mb": hwm_kb / 1024}
 
 
@@ -338,7 +326,7 @@ def report(label: str, events: int, results: dict) -> None:
             continue
         print(f"| {command} | {events:,} | {r['seconds']:.2f} [{r['range'][0]:.2f}, {r['range'][1]:.2f}] | "
               f"{events / r['seconds'] / 1e6:.2f} | {r['hwm_mb']:,.0f} | "
-              f"{'included' if r['open'] is None else format(r['open'], '.2f')} |", flush=True)
+              f"{r['open']:.2f} |", flush=True)
 
 
 def sizes_of(text: str, per_step: float) -> list[tuple[str, int]]:
@@ -377,6 +365,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--part-events", type=int, default=PART_EVENTS)
     parser.add_argument("--no-online", action="store_true", help="skip SpikingJelly's online counters")
+    parser.add_argument("--keep", metavar="DIR", help="build the traces in DIR and keep them; a later run with the "
+                        "same DIR reuses the captured steps (with --no-online) and every trace already built there")
     parser.add_argument("--engines", metavar="RANKSxEVENTS", help="also the dask engine (2 local workers) against the "
                         "in-process one on 8 copies of a trace of RANKS ranks of EVENTS events each, e.g. 4x100000 "
                         "(benchmarks/engine_comparison.py; needs the cluster extra)")
@@ -387,21 +377,34 @@ def main() -> None:
         print(json.dumps(measure_here(Path(args.child), args.child_command, args.repeats)))
         return
     commands = [c for c in args.commands.split(",") if c]
-    scratch = Path(tempfile.mkdtemp(prefix="spiketrace-analysis-"))
-    events, plain, online = capture(args.workload, args.steps, scratch / "source", 0 if args.no_online else 3)
+    scratch = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="spiketrace-analysis-"))
+    source = scratch / f"source-{args.workload}-{args.steps}"
+    if args.keep and args.no_online and (source / "manifest.json").exists():  # kept from an earlier run
+        with open_trace(source) as captured:
+            events, plain, online = captured.count("events"), 0.0, 0.0
+    else:
+        shutil.rmtree(source, ignore_errors=True)
+        events, plain, online = capture(args.workload, args.steps, source, 0 if args.no_online else 3)
     print(f"captured {args.steps} steps of {args.workload}: {events:,} events ({events / args.steps:,.0f} a step); "
           f"parts of {args.part_events:,} events; {args.repeats} run(s) per command")
     outcomes, per_event = [], {}
     for index, (label, wanted) in enumerate(sizes_of(args.sizes, events / args.steps)):
-        path, start = scratch / f"trace-{index}", time.perf_counter()
-        total = build(scratch / "source", path, int(wanted), args.part_events)
-        size = sum(f.stat().st_size for f in path.rglob("*.parquet"))
-        print(f"\nbuilt the {label} trace: {total:,} events ({total // events * args.steps} steps) in "
-              f"{time.perf_counter() - start:.1f} s, {size / 2**20:.1f} MiB ({size / total:.2f} B/event)", flush=True)
-        if index == 0:
-            with open_trace(path) as trace, open_trace(scratch / "source") as source:
+        path, start = scratch / f"trace-{source.name}-{int(wanted)}-{args.part_events}", time.perf_counter()
+        kept = args.keep and (path / "manifest.json").exists()
+        if kept:  # checked when it was built
+            with open_trace(path, verify=False) as kept:
+                total = kept.count("events")
+            print(f"\nkept the {label} trace: {total:,} events ({path})", flush=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            total = build(source, path, int(wanted), args.part_events)
+            size = sum(f.stat().st_size for f in path.rglob("*.parquet"))
+            print(f"\nbuilt the {label} trace: {total:,} events ({total // events * args.steps} steps) in "
+                  f"{time.perf_counter() - start:.1f} s, {size / 2**20:.1f} MiB ({size / total:.2f} B/event)", flush=True)
+        if index == 0 and not kept:
+            with open_trace(path) as trace, open_trace(source) as captured:
                 problems = trace.warnings + trace.validate()
-                if count(trace).totals() != {k: v * (total // events) for k, v in count(source).totals().items()}:
+                if count(trace).totals() != {k: v * (total // events) for k, v in count(captured).totals().items()}:
                     problems.append(f"count() totals are not {total // events} x those of the captured steps")
             print("open_trace warnings, validate(), totals = tiles x captured: " + ("; ".join(problems) if problems else "all fine"))
         results = {command: measure(path, command, args.repeats, args.timeout) for command in commands}
@@ -411,7 +414,8 @@ def main() -> None:
             per_event[total] = {c: r["seconds"] / total for c, r in results.items() if r["seconds"] is not None}
         if index == 0 and "count" in commands:
             profile(path)
-        shutil.rmtree(path)
+        if not args.keep:
+            shutil.rmtree(path)
     if len(per_event) >= 2:  # the time per event at the largest size against that at the smallest >= 1M
         small, big = per_event[min(per_event)], per_event[max(per_event)]
         for command in (c for c in big if c in small):
@@ -421,7 +425,7 @@ def main() -> None:
     if args.engines:
         from benchmarks.engine_comparison import compare
 
-        compare(scratch / "source", scratch, args.engines, args.part_events, args.timeout)
+        compare(source, scratch, args.engines, args.part_events, args.timeout)
     if not args.no_online:
         per_op = (online - plain) / events
         print(f"\n## SpikingJelly DispatchCounterMode (5 counters), online over the same {args.steps} steps ({events:,} ops)\n")
@@ -433,7 +437,8 @@ def main() -> None:
         print("| target | measured | met |\n|---|---|---|")
     for target, measured, met in outcomes:
         print(f"| {target} | {measured} | {'yes' if met else 'NO'} |")
-    shutil.rmtree(scratch, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -107,8 +107,9 @@ def test_counters_add_up_over_steps(traces, trace):
     ("neuromc", {"stage": "backward", "compat": "spikingjelly"}),
 ])
 def test_models_add_up_over_steps_in_process(traces, model, options):
-    """The in-process engine cuts a rank of more than shard_events events into step ranges
-    (compute streams, so only the cluster cuts it: the shards are evaluated here directly)."""
+    """In process, NeuroMC's mapping cuts a rank of more than shard_events events into step
+    ranges itself; compute streams, so only the cluster cuts it: its shards are evaluated
+    here directly."""
     assert model in STEP_ADDITIVE_MODELS
     path = traces["training"]
     with open_trace(path) as trace:
@@ -142,18 +143,18 @@ def test_plan_cuts_large_ranks_into_step_ranges(traces):
     with open_trace(path) as trace:
         events = trace.count("events")
         assert plan_shards(EnergyWork("neuromc", None, (), {}, {}, events), trace, pack=True, verified=True) == [Shard()]
-        in_process = plan_shards(neuromc, trace, pack=True, verified=True)
+        in_process = plan_shards(neuromc, trace, pack=True, verified=True)  # NeuroMC cuts its own trace
         cluster = plan_shards(neuromc, trace, pack=False, verified=False)
         by_rank = plan_shards(EnergyWork("neuromc", None, (), {}, {}, events), trace, pack=False, verified=False)
-        selected = plan_shards(EnergyWork("neuromc", None, (), {"step": 1, "rank": 1}, {}, 1), trace, pack=True,
-                               verified=True)
+        selected = plan_shards(EnergyWork("neuromc", None, (), {"step": 1, "rank": 1}, {}, 1), trace, pack=False,
+                               verified=False)
         streamed = plan_shards(CountWork(None, {}, {}, 1), trace, pack=True, verified=True)
         state = plan_shards(CountWork(("flop", "neuron_state"), {}, {}, 1), trace, pack=False, verified=False)
         lemaire = plan_shards(EnergyWork("lemaire", None, (), {}, {}, 1), trace, pack=False, verified=False)
     assert [(s.ranks, s.steps) for s in cluster] == [((r,), (s, s + 1 if s < 2 else None)) for r in (0, 1)
                                                      for s in range(STEPS)]
     assert [s.verify for s in cluster] == [True, False, False] * 2  # each rank's parts checked once
-    assert not any(s.verify for s in in_process) and len(in_process) == 2 * STEPS
+    assert in_process == [Shard()]  # energy(trace) maps it a step range at a time (test_step_ranges.py)
     assert [(s.ranks, s.steps) for s in by_rank] == [((0,), None), ((1,), None)]
     assert [(s.ranks, s.steps) for s in selected] == [((1,), (1, 2))]  # only the range holding the step
     assert streamed == [Shard()]  # the counters stream: in process they run whole

@@ -13,9 +13,11 @@ sizes or checkpoints), added up and per trace, in this process or on a Dask clus
 
 A trace argument is a trace directory or a directory of trace directories (traces.py). Each
 trace is evaluated as analyze.counters.count / analyze.energy.energy / analyze.energy.recost
-evaluate one trace; the results are added (combine.py). A trace of more than `shard_events`
-events is evaluated shard by shard where its numbers add up over shards: ranks, and a larger
-rank's step ranges (shards.py, steps.py), so memory follows the shard. engine="dask" (the
+evaluate one trace; the results are added (combine.py). Their memory follows a part of the
+trace, not the trace: the counters and compute stream it, NeuroMC maps a trace of more than
+`shard_events` events a piece at a time (ranks, and a larger rank's step ranges: steps.py),
+and work that adds up over shards but does neither is evaluated shard by shard (shards.py).
+engine="dask" (the
 `cluster` extra) runs the same evaluation per (trace, rank) shard, or (trace, rank, step
 range), on a Dask cluster, given as `client=`, a scheduler address (`scheduler=`) or a
 LocalCluster of `workers=` processes, and adds the shards' results: equal to the in-process

@@ -1,10 +1,11 @@
 """Where the work runs: in this process, trace after trace, or on a Dask distributed cluster.
 
-The in-process engine evaluates each trace as a single trace is evaluated, and a large one
-(more than the work's shard_events events, where its numbers add up over shards and its
-evaluation holds them in memory: NeuroMC's mapping) shard after shard: ranks packed up to that
-many events, a larger rank cut into step ranges (shards.py), each opened on its own, so that
-memory follows the shard, not the trace. The dask engine first
+The in-process engine evaluates each trace as a single trace is evaluated: the counters and
+the compute model stream it in chunks and NeuroMC maps a large one a piece at a time, so their
+memory follows the chunk or piece, not the trace; work that adds up over shards but would hold
+a whole trace in memory is evaluated shard after shard: ranks packed up to the work's
+shard_events events, a larger rank cut into step ranges (shards.py), each opened on its own.
+The dask engine first
 reads every trace's facts and shards (its ranks, the model it gets, the step ranges of large
 ranks) as one task per trace, then runs one task per shard: per (trace, rank), or (trace, rank,
 step range) for a rank of more than shard_events events, each the same in-process evaluation;

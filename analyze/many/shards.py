@@ -30,14 +30,18 @@ from analyze.trace import TraceError, open_trace
 
 # Events one evaluation reads at most, where the work splits: a trace holding more is evaluated
 # rank by rank (ranks packed up to this many, in process), a rank holding more step range by
-# step range. NeuroMC peaks at about 420 MB over 1M events, 600 MB over ranges of 1.43M
-# (a 10M-event rank in 7), 800 MB over 2.3M.
+# step range; NeuroMC's mapping cuts a trace so too (analyze/energy/neuromc, which reads this
+# number when it maps). NeuroMC peaks at about 350 MB over 1M events mapped whole, 620 MB over
+# a 10M-event rank mapped in 7 ranges of 1.43M.
 SHARD_EVENTS = 1_500_000
-# Evaluations that stream a trace in chunks of bounded memory (the counters' engine, which the
-# compute model runs): in process they run whole, as shards would only repeat their fixed
-# cost (a 10M-event trace: compute 20 s whole, 31 s in 7 step ranges, the same 0.7 GB); a
-# cluster still splits them, to spread them over its workers.
-STREAMED_MODELS = ("compute",)
+# Evaluations that bound their own memory whatever the trace's size: the counters' engine
+# (which the compute model runs) streams a trace in chunks, NeuroMC maps a large one a piece
+# at a time and costs it once. In process they run whole, as shards would only repeat their
+# fixed cost (a 10M-event trace: compute 20 s whole, 31 s in 7 step ranges, the same 0.7 GB;
+# NeuroMC 35 s in its own 7 ranges, 49 s in 7 shards); a cluster still splits them, to spread
+# them over its workers. NeuroMC is told the shard size (`shard_events`) to cut its trace by.
+SELF_BOUNDED_MODELS = ("compute", "neuromc")
+PIECEWISE_MODELS = ("neuromc",)  # those whose mapping takes shard_events
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def plan_shards(work, trace, *, pack: bool, verified: bool) -> list[Shard]:
     where the work adds up over steps. Ranks and steps the options leave out (`rank=`,
     `step=`) get no shard, but one shard always runs (an empty selection gives the empty
     result it gives in one process). `verified`: the trace's parts were checked when opened."""
-    if not work.splits_by_rank() or (pack and work.streams()):
+    if not work.splits_by_rank() or (pack and work.bounds_own_memory()):
         return [WHOLE]
     limit = work.shard_events
     events = dict.fromkeys(trace.ranks, 0)
@@ -109,6 +113,11 @@ def plan_shards(work, trace, *, pack: bool, verified: bool) -> list[Shard]:
     return shards or skipped[:1]
 
 
+def _options(work, model: str | None) -> dict:
+    """The work's options for `model`, with the shard size for a model that maps in pieces."""
+    return {**work.options, "shard_events": work.shard_events} if model in PIECEWISE_MODELS else work.options
+
+
 def _agreed_model(work, facts: list[TraceFacts]):
     """`work` with the one model every trace gets; TraceError when they get different ones."""
     labels: dict[str, list[str]] = {}
@@ -134,7 +143,7 @@ class CountWork:
     def splits_by_rank(self) -> bool:
         return True  # every counter is a sum over events (neuron_state's buffer size a max)
 
-    def streams(self) -> bool:
+    def bounds_own_memory(self) -> bool:
         return True
 
     def splits_by_step(self) -> bool:
@@ -174,8 +183,8 @@ class EnergyWork:
         model = self.named_model()
         return model is None or model in RANK_ADDITIVE_MODELS  # a trace's default is compute or neuromc
 
-    def streams(self) -> bool:
-        return self.named_model() in STREAMED_MODELS
+    def bounds_own_memory(self) -> bool:
+        return self.named_model() in SELF_BOUNDED_MODELS
 
     def splits_by_step(self) -> bool:
         """strict refuses a selection in which nothing matched: a step range may hold none."""
@@ -196,7 +205,7 @@ class EnergyWork:
         # The scope warning is said once per trace, from its facts (a shard's op counts are its own)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            report = energy(trace, self.model, self.preset, overrides=self.overrides, **self.options)
+            report = energy(trace, self.model, self.preset, overrides=self.overrides, **_options(self, self.model))
         said = [str(w.message) for w in caught if not issubclass(w.category, ModelScopeWarning)]
         return EnergyPart(report.to_frame(), list(dict.fromkeys([*(getattr(report, "warnings", None) or []), *said])))
 
@@ -225,8 +234,8 @@ class RecostWork:
     def splits_by_rank(self) -> bool:
         return self.named_model() in RANK_ADDITIVE_MODELS  # None: agreed from the traces' facts first
 
-    def streams(self) -> bool:
-        return self.named_model() in STREAMED_MODELS
+    def bounds_own_memory(self) -> bool:
+        return self.named_model() in SELF_BOUNDED_MODELS
 
     def splits_by_step(self) -> bool:
         return self.named_model() in STEP_ADDITIVE_MODELS and not self.options.get("strict")
@@ -242,7 +251,8 @@ class RecostWork:
     def evaluate(self, trace) -> EnergyPart:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ModelScopeWarning)
-            frame = recost(trace, self.model, list(self.presets), sweep=self.sweep, base=self.base, **self.options)
+            frame = recost(trace, self.model, list(self.presets), sweep=self.sweep, base=self.base,
+                           **_options(self, self.model))
         return EnergyPart(frame)
 
 

@@ -12,13 +12,20 @@ view built on the tables (stages, tensors, the named views) follows, as DuckDB b
 query when it runs. Each record is in exactly one shard's range, each tensor state described
 in exactly one, so what the analyses sum over records adds up over the shards; which analyses
 do is checked by tests/test_step_shards.py (combine.STEP_ADDITIVE_MODELS).
+
+`shown_in_ranges` does the same in place, on any opened trace: NeuroMC's mapping
+(analyze/energy/neuromc) walks the pieces `record_shards` cuts a large trace into (ranks
+packed, a large rank's step ranges), each shown in the trace's own views in turn (rows of
+other ranks hidden too), and the views show what they showed before once it is done
+(tests/test_step_ranges.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
-from analyze.trace.views import path_keys, table_view_sql, view_name
+from analyze.trace.views import view_body, view_name
 from schemas.tables import TABLES
 
 # Schema holding each table view as the trace was opened; `main` holds the restricted ones.
@@ -75,35 +82,111 @@ def _within(column: str, low: int | None, high: int | None) -> str:
     return " AND ".join(clauses) or "true"
 
 
-def restrict(trace, low: int | None, high: int | None) -> None:
-    """From now on the views of `trace` (one rank) show only the records with low <= seq < high
-    (None: no bound), as the module docstring says; called again, another range of them."""
-    con = trace.con
-    if not con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [WHOLE_SCHEMA]).fetchone()[0]:
-        # the first time: the rank's whole tables, as opened
-        exclude = [key for key in path_keys(trace.path) if key != "rank"]
-        con.execute(f"CREATE SCHEMA {WHOLE_SCHEMA}")
-        for table in TABLES:
-            files = [part.path for part in trace.parts.get(table, [])]
-            con.execute(f"CREATE VIEW {WHOLE_SCHEMA}.{view_name(table)} AS {table_view_sql(table, files, exclude)}")
-        trace.parts = {}  # their footers count the whole rank: Trace.count now counts the views' rows
+def _stashed_body(con, name: str) -> str:
+    """The query of view `name` as it was before the first restriction (WHOLE_SCHEMA's copy)."""
+    sql = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ?",
+                      [WHOLE_SCHEMA, name]).fetchone()[0]
+    return sql[sql.index(" AS ") + len(" AS "):].rstrip().rstrip(";")
+
+
+def _stash(con) -> None:
+    """Copy each table view's current query into WHOLE_SCHEMA, once: the rows a restriction
+    shows a part of (the whole rank as opened, or the rows a selection already shows)."""
+    if con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [WHOLE_SCHEMA]).fetchone()[0]:
+        return
+    con.execute(f"CREATE SCHEMA {WHOLE_SCHEMA}")
+    for name in (view_name(table) for table in TABLES):
+        con.execute(f"CREATE VIEW {WHOLE_SCHEMA}.{name} AS {view_body(con, name)}")
+
+
+def _show(con, ranks: tuple[int, ...] | None, low: int | None, high: int | None) -> None:
+    """The table views of `con` show the stashed rows of `ranks` (None: all) with low <= seq < high."""
+    of_ranks = "true" if ranks is None else f"rank IN ({', '.join(str(int(r)) for r in ranks)})"
+    if ranks is not None:  # tables without records (modules, scopes, ...): the ranks' rows
+        for name in (view_name(table) for table in TABLES if table not in (*RECORD_TABLES, "tensors", "tensor_frees")):
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {WHOLE_SCHEMA}.{name} WHERE {of_ranks}")
     for table in RECORD_TABLES:
         con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {WHOLE_SCHEMA}.{table} "
-                    f"WHERE {_within('seq', low, high)}")
+                    f"WHERE {of_ranks} AND {_within('seq', low, high)}")
     states = view_name("tensors")
-    described = f"SELECT * FROM {WHOLE_SCHEMA}.{states} WHERE {_within('first_seq', low, high)}"
+    described = f"SELECT * FROM {WHOLE_SCHEMA}.{states} WHERE {of_ranks} AND {_within('first_seq', low, high)}"
     if low is not None:
         # older states the range's rows name, looked up once: only ids up to the largest id
         # described before the range can be one (ids grow along seq, so these are few)
         largest = con.execute(f"SELECT max(tensor_id) FROM {WHOLE_SCHEMA}.{states} "
-                              f"WHERE first_seq < {int(low)}").fetchone()[0]
+                              f"WHERE {of_ranks} AND first_seq < {int(low)}").fetchone()[0]
         named = " UNION ALL ".join(f"SELECT rank, tensor_id FROM (SELECT rank, {ids} AS tensor_id FROM {table}) "
                                    f"WHERE tensor_id <= {int(largest or -1)}" for table, ids in TENSOR_REFERENCES)
         con.execute(f"CREATE OR REPLACE TABLE {WHOLE_SCHEMA}.older_states AS SELECT * FROM {WHOLE_SCHEMA}.{states} "
-                    f"WHERE first_seq < {int(low)} AND (rank, tensor_id) IN ({named})")
+                    f"WHERE {of_ranks} AND first_seq < {int(low)} AND (rank, tensor_id) IN ({named})")
         described += f" UNION ALL SELECT * FROM {WHOLE_SCHEMA}.older_states"
     con.execute(f"CREATE OR REPLACE VIEW {states} AS {described}")
     # the lifetimes of those states' objects: each is alive at a record of the range, so freed
     # after `low` (freed_seq is the seq after the free)
     con.execute(f"CREATE OR REPLACE VIEW tensor_frees AS SELECT * FROM {WHOLE_SCHEMA}.tensor_frees "
-                f"WHERE {_within('freed_seq', None if low is None else low + 1, None)}")
+                f"WHERE {of_ranks} AND {_within('freed_seq', None if low is None else low + 1, None)}")
+
+
+def restrict(trace, low: int | None, high: int | None) -> None:
+    """From now on the views of `trace` (one rank) show only the records with low <= seq < high
+    (None: no bound), as the module docstring says; called again, another range of them."""
+    _stash(trace.con)
+    trace.parts = {}  # their footers count the whole rank: Trace.count now counts the views' rows
+    _show(trace.con, None, low, high)
+
+
+def record_shards(trace, shard_events: int) -> list[tuple[tuple[int, ...], tuple[int | None, int | None] | None]]:
+    """The pieces in which to map `trace`, each of about `shard_events` events at most: none
+    when it holds no more, or cannot be cut (one rank whose steps interleave), or the part
+    footers that count its events are unknown (a trace already restricted); else (ranks,
+    records) each: consecutive ranks packed up to that many events (records None: all of
+    theirs), and a larger rank's step ranges (step_ranges), or the rank whole when its steps
+    interleave or it holds one step."""
+    events: dict[int, int] = dict.fromkeys(trace.ranks, 0)
+    for part in trace.parts.get("events", []):
+        events[part.rank] = events.get(part.rank, 0) + part.rows
+    if sum(events.values()) <= shard_events:
+        return []
+    shards, group = [], []
+    for rank in sorted(events):
+        bounds = step_bounds(trace, rank) if events[rank] > shard_events else None
+        if bounds and len(bounds) > 1:
+            if group:
+                shards.append((tuple(group), None))
+                group = []
+            shards += [((rank,), records) for _, records in step_ranges(bounds, shard_events)]
+            continue
+        if group and sum(events[r] for r in group) + events[rank] > shard_events:
+            shards.append((tuple(group), None))
+            group = []
+        group.append(rank)
+    if group:
+        shards.append((tuple(group), None))
+    return shards if len(shards) > 1 else []  # one piece of whole ranks: the trace as it is
+
+
+@contextlib.contextmanager
+def shown_in_ranges(trace, shard_events: int):
+    """Iterate over the pieces of `trace` (record_shards): within the block, each step of the
+    iterator shows the next piece in the trace's views (and yields it); a trace too small to
+    cut yields None once, showing everything. On exit the views show what they showed before."""
+    shards = record_shards(trace, shard_events)
+    if not shards:
+        yield iter([None])
+        return
+    parts = trace.parts
+    _stash(trace.con)
+    trace.parts = {}
+
+    def each():
+        for ranks, records in shards:
+            _show(trace.con, ranks, *(records or (None, None)))
+            yield ranks, records
+
+    try:
+        yield each()
+    finally:
+        for name in (view_name(table) for table in TABLES):
+            trace.con.execute(f"CREATE OR REPLACE VIEW {name} AS {_stashed_body(trace.con, name)}")
+        trace.con.execute(f"DROP SCHEMA {WHOLE_SCHEMA} CASCADE")
+        trace.parts = parts

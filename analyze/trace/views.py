@@ -206,7 +206,7 @@ def selection_filters(*, stage=None, phase=None, step=None, rank=None, module=No
     return {view_name(table): " AND ".join(clauses) for table, clauses in filters.items() if clauses}
 
 
-def _view_body(con: duckdb.DuckDBPyConnection, name: str) -> str:
+def view_body(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """The query of view `name` of schema main, as create_views made it."""
     rows = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?", [name]).fetchall()
     row = rows[0] if rows else None
@@ -231,7 +231,7 @@ def selected_views(con: duckdb.DuckDBPyConnection, **selection):
                                           [UNSELECTED_SCHEMA]).fetchall()}
     for name in (view_name(table) for table in TABLES):  # every table, so conditions can read them whole
         if name not in kept:
-            con.execute(f"CREATE VIEW {UNSELECTED_SCHEMA}.{name} AS {_view_body(con, name)}")
+            con.execute(f"CREATE VIEW {UNSELECTED_SCHEMA}.{name} AS {view_body(con, name)}")
     try:
         for name, condition in filters.items():
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {UNSELECTED_SCHEMA}.{name} WHERE {condition}")

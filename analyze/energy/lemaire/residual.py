@@ -38,12 +38,17 @@ WITH calls AS (
     JOIN modules m ON m.rank = pre.rank AND m.module_id = pre.module_id AND m.in_model
     WHERE string_split(m.class_name, '.')[-1] IN {ADD_CLASS_NAMES} AND len(pre.inputs) >= 2  -- a qualified name's last part
 ),
-inputs AS (SELECT *, unnest(inputs) AS x_id, unnest(range(len(inputs))) AS position FROM calls)
+inputs AS MATERIALIZED (SELECT *, unnest(inputs) AS x_id, unnest(range(len(inputs))) AS position FROM calls),
+-- the states the inputs name, found by a semi join: a join of tensor_states itself made DuckDB
+-- build a hash table of every state of the trace (771 MB over 10M events, with no Add at all)
+used AS (SELECT t.rank, t.tensor_id, t.is01, t.nnz, t.shape FROM tensor_states t
+         SEMI JOIN (SELECT rank, x_id AS tensor_id FROM inputs UNION ALL SELECT rank, out_id FROM inputs) w
+           ON w.rank = t.rank AND w.tensor_id = t.tensor_id)
 SELECT i.rank, i.module, i.call_index, i.pre_seq, i.out_id, i.step_module, i.step_mode, i.position, i.x_id,
        coalesce(x.is01, false) AS is01, coalesce(x.nnz, 0) AS nnz, x.shape AS x_shape, o.shape AS o_shape
 FROM inputs i
-LEFT JOIN tensor_states x ON x.rank = i.rank AND x.tensor_id = i.x_id
-LEFT JOIN tensor_states o ON o.rank = i.rank AND o.tensor_id = i.out_id
+LEFT JOIN used x ON x.rank = i.rank AND x.tensor_id = i.x_id
+LEFT JOIN used o ON o.rank = i.rank AND o.tensor_id = i.out_id
 ORDER BY i.pre_seq, i.position
 """
 

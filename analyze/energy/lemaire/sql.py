@@ -51,7 +51,7 @@ weights AS (
     FROM model_modules m, UNNEST(CAST(m.parameters AS JSON[])) AS u(p)
     GROUP BY ALL
 ),
-calls AS (
+calls AS MATERIALIZED (
     SELECT pre.rank, pre.module_id, pre.call_index, pre.seq AS pre_seq, post.seq AS post_seq,
            pre.stage, pre.step,
            CASE WHEN len(pre.inputs) > 0 THEN pre.inputs[1] ELSE post.kwarg_inputs[1] END AS x_id,
@@ -59,7 +59,11 @@ calls AS (
     FROM (SELECT * FROM module_events WHERE kind = 'forward_pre' AND {{where}}) pre
     JOIN module_events post ON post.rank = pre.rank AND post.module_id = pre.module_id
      AND post.call_index = pre.call_index AND post.kind = 'forward_post'
-)
+),
+-- the states the calls name, found by a semi join: one pass over tensor_states, not one per join
+used AS (SELECT t.rank, t.tensor_id, t.numel, t.nnz, t.is01, t.shape FROM tensor_states t
+         SEMI JOIN (SELECT rank, x_id AS tensor_id FROM calls UNION ALL SELECT rank, out_id FROM calls) w
+           ON w.rank = t.rank AND w.tensor_id = t.tensor_id)
 SELECT c.rank, c.module_id, m.path AS module, m.class_name, c.call_index, c.stage, c.step,
        c.pre_seq, c.post_seq, c.x_id, c.out_id,
        CASE WHEN m.synaptic THEN 'synaptic' ELSE 'neuron' END AS role,
@@ -80,8 +84,8 @@ SELECT c.rank, c.module_id, m.path AS module, m.class_name, c.call_index, c.stag
 FROM calls c
 JOIN model_modules m ON m.rank = c.rank AND m.module_id = c.module_id AND (m.synaptic OR m.lemaire_neuron)
 LEFT JOIN weights w ON w.rank = c.rank AND w.module_id = c.module_id
-LEFT JOIN tensor_states x ON x.rank = c.rank AND x.tensor_id = c.x_id
-LEFT JOIN tensor_states o ON o.rank = c.rank AND o.tensor_id = c.out_id
+LEFT JOIN used x ON x.rank = c.rank AND x.tensor_id = c.x_id
+LEFT JOIN used o ON o.rank = c.rank AND o.tensor_id = c.out_id
 """
 
 # An access: its name, the bytes moved, the capacity in bytes of the buffer hit (NULL: the FIFO).

@@ -10,9 +10,16 @@ estimate_neuromc_runtime_energy (op_counter/neuromc/).
 
 Mapping (preset-independent): module fragments from module hook events
 (modules.py), trace fragments from aten ops (fallback.py), optimizer
-fragments from optimizer_steps (optimizer.py); then per fragment its primitive
-counts and the bits it moves per memory instance (activity.py). Costing
-(report.py) prices them under a preset (costs.py).
+fragments from optimizer_steps (optimizer.py), held as the kinds of fragment a run repeats
+(kinds.py); then per kind its primitive counts and the bits it moves per memory instance
+(activity.py). Costing (report.py) prices them under a preset (costs.py).
+
+A trace of more than `shard_events` events (analyze.many.SHARD_EVENTS by default) is mapped
+a piece at a time (parts.py): ranks packed up to that many events, a larger rank a range of
+its steps at a time (analyze/many/steps.py), each piece shown in the trace's views in turn.
+Every fragment, stage, weight reuse and optimizer step is one step's own, and the pieces'
+facts are added up before they are worded, so the activity equals the whole trace's, while
+the mapping's memory follows the piece (1.5 GB of peak RSS mapped whole over 10M events).
 
 Stages are the trace's: each stage's phase, reuse_weights and batch_norm_backward are
 SpikingJelly's stage() options (a phase inferred from the stage's name counts as given).
@@ -41,22 +48,17 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze import neurons
 from analyze.counters import RECOMPUTE_CHOICES
-from analyze.energy.neuromc import rules
-from analyze.energy.scopes import recompute_default
+from analyze.energy.neuromc import kinds as fragment_kinds
 from analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
 from analyze.energy.neuromc.costs import PRESET_UNITS, Costs, MemoryInstanceSpec
-from analyze.energy.neuromc.fallback import (
-    drop_duplicates_of_modules,
-    trace_fragments,
-    uncosted_ops,
-)
-from analyze.energy.neuromc.modules import module_fragments
-from analyze.energy.neuromc.optimizer import optimizer_fragments
+from analyze.energy.neuromc.modules import leftover_classes
+from analyze.energy.neuromc.optimizer import optimizer_refusals
+from analyze.energy.neuromc.parts import SLOTS, added_uncosted, map_part
 from analyze.energy.neuromc.report import UNCOSTED_COLUMNS, Report, cost
 from analyze.energy.neuromc.sql import install
 from analyze.energy.neuromc.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
+from analyze.energy.scopes import recompute_default
 
 MODEL = "neuromc"
 NeuroMCCosts = Costs
@@ -71,15 +73,18 @@ __all__ = ["MODEL", "PRESET_UNITS", "Activity", "Costs", "MemoryInstanceSpec", "
 class Activity:
     """What the run did, in NeuroMC terms, independent of any preset.
 
-    fragments: one row per fragment part (FRAGMENT_COLUMNS, fragment_id, order, the
-      primitive counts mux/add/mul/comp/sqrt, and reuse_stage/weight_bits/weight_instance
-      for the costing's weight-reuse decision); optimizer fragments have one part per module.
-    memory: bits per (fragment row, component, level, direction, instance); weight_load
-      terms are the ones a weight-reusing stage skips when its weights fit.
+    kinds: one row per kind of fragment part (kinds.KIND_COLUMNS: everything but its place in
+      the run), with the primitive counts mux/add/mul/comp/sqrt and reuse_stage/weight_bits/
+      weight_instance for the costing's weight-reuse decision.
+    fragments: one row per fragment part, in SpikingJelly's order: kind (a row of kinds), rank,
+      step, fragment_id, trace_fragment; optimizer fragments have one part per module.
+    memory: bits one part of a kind moves per (kind, component, level, direction, instance);
+      weight_load terms are the ones a weight-reusing stage skips when its weights fit.
     uncosted: work no rule maps (UNCOSTED_COLUMNS), ranked by volume.
     refusals: SpikingJelly's refusal messages for this run, in its order (strict raises the first).
     """
 
+    kinds: pd.DataFrame
     fragments: pd.DataFrame
     memory: pd.DataFrame
     uncosted: pd.DataFrame
@@ -87,173 +92,115 @@ class Activity:
     warnings: list[str] = field(default_factory=list)
     compat: str | None = None
 
+    def parts_per_kind(self):
+        """How many fragment parts are of each kind (the weight of a kind's costs)."""
+        return fragment_kinds.weighted(self.kinds, self.fragments)
+
+    def fragment_rows(self) -> pd.DataFrame:
+        """One row per fragment part with every column (FRAGMENT_COLUMNS, fragment_id, order)."""
+        return fragment_kinds.expanded(self.kinds, self.fragments)
+
 
 def _ignore_names(ignore_modules) -> list[str]:
     return [m if isinstance(m, str) else f"{m.__module__}.{m.__qualname__}" for m in ignore_modules or ()]
 
 
-def _selected(frame: pd.DataFrame, stage, step, rank, recompute=None) -> pd.DataFrame:
-    for column, value in (("stage", stage), ("step", step), ("rank", rank)):
-        if value is not None and len(frame):
-            values = value if isinstance(value, (list, tuple, set)) else [value]
-            frame = frame[frame[column].isin(list(values))]
-    if recompute in ("exclude", "only") and len(frame):  # rows without the flag (optimizer) are not recomputed
-        flag = frame["recompute"].fillna(False).astype(bool) if "recompute" in frame else pd.Series(False, frame.index)
-        frame = frame[flag if recompute == "only" else ~flag]
-    return frame
-
-
-def _joined(values) -> str:
-    return ", ".join(sorted({str(v) for v in values if isinstance(v, str) and v}))
-
-
-def _op_rows(ops: pd.DataFrame) -> pd.DataFrame:
-    """Uncosted op events -> one row per op with its calls and tensor volumes."""
-    if not len(ops):
-        return pd.DataFrame(columns=list(UNCOSTED_COLUMNS))
-    grouped = ops.groupby("op", as_index=False).agg(
-        calls=("seq", "size"), input_elements=("input_elements", "sum"), output_elements=("output_elements", "sum"),
-        bytes_read=("bytes_read", "sum"), bytes_written=("bytes_written", "sum"),
-        stages=("stage", _joined), modules=("module", _joined), reason=("reason", "first"))
-    return grouped.rename(columns={"op": "name"}).assign(kind="op")
-
-
-def _call_rows(frame: pd.DataFrame, kind: str, name, reason, elements: str) -> pd.DataFrame:
-    """Uncosted module calls or optimizer steps -> one row per name."""
-    if not len(frame):
-        return pd.DataFrame(columns=list(UNCOSTED_COLUMNS))
-    return frame.assign(name=name, reason=reason).groupby(["name", "reason"], as_index=False).agg(
-        calls=("seq", "nunique"), input_elements=(elements, "sum"), stages=("stage", _joined),
-        modules=("module", _joined)).assign(kind=kind)
-
-
 def _refusal_for_ops(ops: pd.DataFrame) -> str | None:
     if not len(ops):
         return None
-    listed = sorted(f"{op} (calls={n})" for op, n in ops.groupby("op").size().items())
+    listed = sorted(f"{name} (calls={int(n)})" for name, n in zip(ops["name"], ops["calls"]))
     return "NeuroMC runtime does not support these aten ops: " + ", ".join(listed[:30])
 
 
-def _module_part(trace, selection, spikingjelly, ignore_names, refusals, warnings, uncosted) -> pd.DataFrame:
-    modules, leftovers = module_fragments(trace, compat=spikingjelly, ignore_names=ignore_names,
-                                          recompute=selection[3] != "exclude")
-    refused = pd.Series(False, index=modules.index)
-    if spikingjelly and (modules["module_kind"] == "conv3d").any():
+def _uncosted(parts, spikingjelly: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every uncosted row in the activity's order, the op rows alone) over every part.
+    Compat: convolution_backward events are uncosted only when the trace holds more of them
+    than backward calls of conv modules (SpikingJelly's test, over the whole trace)."""
+    events, calls = (sum(p.conv_backward[i] for p in parts) for i in (0, 1))
+    extra = [p.conv_backward_ops for p in parts if p.conv_backward_ops is not None] if events > calls else []
+    slots = {slot: added_uncosted(parts, slot, extra if slot == "ops" else ()) for slot in SLOTS}
+    frames = [frame for frame in slots.values() if len(frame)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(UNCOSTED_COLUMNS))
+    for column in UNCOSTED_COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    return frame[list(UNCOSTED_COLUMNS)], slots["ops"]
+
+
+def _messages(parts, ops: pd.DataFrame, spikingjelly: bool) -> tuple[list[str], list[str]]:
+    """(refusals, warnings) of every part's facts, in the order one pass over the trace says them."""
+    refusals, warnings = [], []
+    if any(p.values_missing for p in parts):
+        warnings.append("the trace lacks value statistics (is01) for some tensors: they count as non-spiking")
+    if any(p.conv3d for p in parts):
         refusals.append("NeuroMC runtime does not support nn.Conv3d yet.")
-        conv3d = modules["module_kind"] == "conv3d"
-        uncosted.append(_call_rows(_selected(modules[conv3d], *selection), "module", "torch.nn.Conv3d",
-                                   "SpikingJelly refuses models with Conv3d", "mac_count"))
-        refused |= conv3d
-    bad = modules["bad_layout"].fillna(False).astype(bool)
-    if bad.any():
+    if any(p.bad_layout for p in parts):
         refusals.append("Expected multi-step tensor with shape [T, N, C, ...] (a multi-step module saw fewer dims).")
-        uncosted.append(_call_rows(_selected(modules[bad], *selection), "module", modules.loc[bad, "op_name"],
-                                   "a multi-step module's tensor has fewer than 3 dims", "input_numel"))
-        refused |= bad
-    if modules["unpaired"].fillna(False).astype(bool).any():
+    if any(p.unpaired for p in parts):
         refusals.append("pop from empty list (a module backward has no recorded forward input)")
         warnings.append("some module backward calls have no recorded forward input; their input counts as non-spiking")
-    somas = set(modules.loc[modules["module_kind"] == "soma", "module"])
-    reference = "spikingjelly" if spikingjelly else None
-    for path, name, potentials in neurons.several_potentials(trace, "neuromc", reference):
-        if path in somas:
-            warnings.append(f"{path} ({name}) integrates {len(potentials)} state variables per step "
-                            f"({', '.join(potentials)}); NeuroMC's soma holds one membrane potential: it is costed "
-                            "as one soma per output element and step, the other state "
-                            f"({', '.join(potentials[:-1])}) is not costed")
-    if len(leftovers):
-        names = ", ".join(sorted(set(leftovers["class_name"])))
+    warnings += list(dict.fromkeys(w for p in parts for w in p.potential_warnings))
+    leftovers = leftover_classes(pd.concat([p.leftovers for p in parts if p.leftovers is not None], ignore_index=True))
+    if leftovers:
+        names = ", ".join(leftovers)
         refusals.append(f"NeuroMC runtime cannot match selective backward calls for repeated modules: {names}")
         warnings.append(f"forward inputs of {names} were never matched by a backward (LIFO pairing kept)")
-    return modules[~refused]
-
-
-def _optimizer_part(trace, selection, spikingjelly, refusals, uncosted) -> pd.DataFrame:
-    optimizer, refused, messages = optimizer_fragments(trace, compat=spikingjelly)
-    refusals += messages
-    if len(refused):
-        refused = _selected(refused, *selection)
-        uncosted.append(_call_rows(refused, "optimizer", refused["name"], refused["reason"], "numel"))
-    return optimizer
-
-
-def _trace_part(trace, selection, spikingjelly, modules, refusals, uncosted) -> pd.DataFrame:
-    traced, events = trace_fragments(trace, compat=spikingjelly, recompute=selection[3] != "exclude")
-    failed = events[events["error"].notna()]
-    if len(failed):
-        refusals.append(failed["error"].iloc[0])
-        uncosted.append(_op_rows(_selected(failed, *selection).assign(
-            reason=failed["error"], input_elements=failed["x_numel"], output_elements=failed["out_numel"],
-            bytes_read=None, bytes_written=None)))
-    if spikingjelly:
-        traced = drop_duplicates_of_modules(traced, modules)
-    ops = _selected(uncosted_ops(trace, events, compat=spikingjelly), *selection)
+    refusals += optimizer_refusals(set().union(*(p.optimizer_problems for p in parts)),
+                                   next((p.other_optimizer for p in parts if p.other_optimizer), None))
+    first_error = next((p.first_error for p in parts if p.first_error), None)
+    if first_error:
+        refusals.append(first_error)
     message = _refusal_for_ops(ops)
     if message:
         refusals.append(message)
-    uncosted.append(_op_rows(ops))
-    return traced
+    return refusals, warnings
 
 
-def _assemble(parts: list[pd.DataFrame], traced: pd.DataFrame, selection) -> pd.DataFrame:
-    """One frame of fragment parts in SpikingJelly's order (hook fragments, then trace ones).
-    Each part contributes just the fragment columns, and columns are added in place: on a
-    long trace the fragments are the largest thing mapped, so they are not copied more than
-    the sort needs."""
-    columns = [*rules.FRAGMENT_COLUMNS, "recompute"]
-    frames = [p.reindex(columns=columns).assign(order_group=0) for p in parts if len(p)]
-    frames.append(traced.reindex(columns=columns).assign(order_group=1))
-    fragments = pd.concat(frames, ignore_index=True)
-    del frames
-    fragments = _selected(fragments, *selection).drop(columns="recompute")
-    fragments = fragments.sort_values(["order_group", "rank", "seq", "sub"], kind="stable", ignore_index=True)
-    fragments["fragment_id"] = fragments.groupby(["order_group", "rank", "seq", "sub"], sort=False).ngroup()
-    fragments["order"] = range(len(fragments))
-    del fragments["order_group"]
-    for column in ("optimizer_has_momentum", "optimizer_has_weight_decay", "optimizer_has_momentum_buffer"):
-        fragments[column] = fragments[column].fillna(False).astype(bool)
-    for column in (*rules.LOOP_DIMS, "G", "input_precision_bits", "weight_precision_bits", "output_precision_bits",
-                   "input_numel", "weight_numel", "output_numel", "mac_count", "b_type", "t_type"):
-        fragments[column] = fragments[column].astype("int64")
-    fragments["module"] = fragments["module"].fillna("Global")
-    for added in (extra_counts(fragments), weight_residency(fragments)):
+def _fragments(parts, spikingjelly: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kinds, fragments) of every part, as one pass over the trace orders them; compat drops
+    the trace fragments any module fragment of the trace repeats."""
+    kinds, fragments = fragment_kinds.combine([(p.kinds, p.places) for p in parts])
+    signatures = [p.module_signatures for p in parts if p.module_signatures is not None]
+    if spikingjelly and signatures:
+        kinds, fragments = fragment_kinds.drop_trace_duplicates(kinds, fragments, pd.concat(signatures))
+    for added in (extra_counts(kinds), weight_residency(kinds)):
         for column in added.columns:
-            fragments[column] = added[column].to_numpy()
-    return fragments
+            kinds[column] = added[column].to_numpy()
+    return kinds, fragments
 
 
 def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False, step=None, rank=None,
-             recompute=None, **options) -> Activity:
+             recompute=None, shard_events: int | None = None, **options) -> Activity:
     """Map `trace` to NeuroMC activity. stage/step/rank select fragments (a value or a list);
-    recompute: "include" (the default), "exclude" (compat's default) or "only"."""
+    recompute: "include" (the default), "exclude" (compat's default) or "only". A trace of
+    more than `shard_events` events (None: analyze.many.SHARD_EVENTS) is mapped a piece at a
+    time (see the module docstring)."""
     if options:
-        raise TypeError(f"the neuromc model takes no options {sorted(options)} (it takes stage, step, rank, recompute)")
+        raise TypeError(f"the neuromc model takes no options {sorted(options)} "
+                        "(it takes stage, step, rank, recompute, shard_events)")
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
     if recompute not in (None, *RECOMPUTE_CHOICES):
         raise ValueError(f"recompute must be one of {RECOMPUTE_CHOICES}, got {recompute!r}")
+    # analyze.many holds the pieces' size and how to show them; it imports this package's
+    # parent, so it is imported when a trace is mapped, not when this module is
+    from analyze.many.shards import SHARD_EVENTS
+    from analyze.many.steps import shown_in_ranges
+
     spikingjelly = compat == "spikingjelly"
     selection = (stage, step, rank, recompute or recompute_default(MODEL, compat))
     install(trace.con)
     ignore_names = _ignore_names(ignore_modules)
-    refusals, warnings, uncosted = [], [], []
-    if trace.con.execute("SELECT count(*) FROM tensor_states WHERE is01 IS NULL AND NOT is_meta").fetchone()[0]:
-        warnings.append("the trace lacks value statistics (is01) for some tensors: they count as non-spiking")
-    modules = _module_part(trace, selection, spikingjelly, ignore_names, refusals, warnings, uncosted)
-    optimizer = _optimizer_part(trace, selection, spikingjelly, refusals, uncosted)
-    traced = _trace_part(trace, selection, spikingjelly, modules, refusals, uncosted)
-    fragments = _assemble([modules, optimizer], traced, selection)
-    del modules, optimizer, traced
+    with shown_in_ranges(trace, SHARD_EVENTS if shard_events is None else shard_events) as pieces:
+        parts = [map_part(trace, selection, spikingjelly, ignore_names) for _ in pieces]
+    kinds, fragments = _fragments(parts, spikingjelly)
+    uncosted, ops = _uncosted(parts, spikingjelly)
+    refusals, warnings = _messages(parts, ops, spikingjelly)
+    del parts
     if not len(fragments):
         refusals.append("No NeuroMC-supported runtime fragments were recognized.")
         warnings.append("no NeuroMC fragment was recognised in the selection")
-    uncosted = [u for u in uncosted if len(u)]
-    uncosted_frame = pd.concat(uncosted, ignore_index=True) if uncosted else pd.DataFrame(columns=list(UNCOSTED_COLUMNS))
-    for column in UNCOSTED_COLUMNS:
-        if column not in uncosted_frame:
-            uncosted_frame[column] = None
-    result = Activity(fragments, memory_terms(fragments), uncosted_frame[list(UNCOSTED_COLUMNS)],
-                      refusals, warnings, compat)
+    result = Activity(kinds, fragments, memory_terms(kinds), uncosted, refusals, warnings, compat)
     if strict and refusals:
         raise ValueError(refusals[0])
     return result

@@ -3,10 +3,11 @@
 `extra_counts` gives the mux/add/mul/comp/sqrt counts of each fragment (SpikingJelly's
 `_extra_counts`), `memory_terms` the bits each fragment moves per memory level, direction
 and instance (`_map_base_memory` and `_extra_memory_for_fragment`), one vectorised column
-operation per rule of rules.py. Nothing here reads a preset: the one decision that
-depends on it (skip the weight loads when a reuse stage's weights fit the weight SRAM) is
-left to the costing, so the weight-load terms are flagged and each fragment carries its
-weight bits and the instance that must hold them.
+operation per rule of rules.py. They read a fragment's columns only, not its place in the
+run, so they run once per kind of fragment (kinds.py). Nothing here reads a preset: the one
+decision that depends on it (skip the weight loads when a reuse stage's weights fit the
+weight SRAM) is left to the costing, so the weight-load terms are flagged and each fragment
+carries its weight bits and the instance that must hold them.
 """
 
 from __future__ import annotations
@@ -64,8 +65,7 @@ def extra_counts(f: pd.DataFrame) -> pd.DataFrame:
 class _Terms:
     """Collects memory terms as numpy column chunks and builds one frame at the end. Terms of
     zero or negative bits are dropped as they come, and the text columns are kept as codes
-    (the frame's are categorical): a trace's terms are ten or so per fragment, so they are
-    the largest thing the mapper holds."""
+    (the frame's are categorical): there are ten or so terms per kind of fragment."""
 
     def __init__(self) -> None:
         self.chunks: list[tuple] = []
@@ -100,7 +100,7 @@ class _Terms:
             return pd.Categorical.from_codes(codes, categories=categories)
 
         return pd.DataFrame({
-            "row": np.concatenate([c[0] for c in self.chunks]).astype(np.int32),
+            "kind": np.concatenate([c[0] for c in self.chunks]).astype(np.int32),
             "component": text(np.repeat(np.array([c[1] for c in self.chunks], dtype=np.int32), sizes)),
             "level": text(np.repeat(np.array([c[2] for c in self.chunks], dtype=np.int32), sizes)),
             "direction": text(np.repeat(np.array([c[3] for c in self.chunks], dtype=np.int32), sizes)),
@@ -158,12 +158,12 @@ def _extra_terms(f: pd.DataFrame, terms: _Terms) -> None:
         terms.add(rows, "extra", "sram", direction, rules.SGD_INSTANCE, parameters[rows] * rules.SGD_BITS * copies, False)
 
 
-MEMORY_COLUMNS = ("row", "component", "level", "direction", "instance", "bits", "weight_load")
+MEMORY_COLUMNS = ("kind", "component", "level", "direction", "instance", "bits", "weight_load")
 
 
 def memory_terms(f: pd.DataFrame) -> pd.DataFrame:
-    """Long frame: row (position in `f`), component (base/extra), level, direction, instance,
-    bits, weight_load. Terms of zero or negative bits are dropped, as SpikingJelly's
+    """Long frame: kind (position in `f`, the kinds of fragment), component (base/extra), level,
+    direction, instance, bits (of one fragment part of that kind), weight_load. Terms of zero or negative bits are dropped, as SpikingJelly's
     _accumulate_memory does."""
     terms = _Terms()
     _base_terms(f, terms)

@@ -132,15 +132,22 @@ SELECT rank, module_id, pre_seq,
 FROM open_ended
 """
 
-LEFTOVERS = """
-SELECT s.path, s.class_name, sum(st.d) AS left_over
+# Per module: forward inputs pushed less popped, and the pops (sums: they add up over step ranges).
+STACK_BALANCES = """
+SELECT s.path, s.class_name, sum(st.d)::BIGINT AS balance, count(*) FILTER (WHERE st.d < 0) AS pops
 FROM (SELECT rank, module_id, 1 AS d FROM nmc_forward_calls WHERE grad_enabled
       UNION ALL SELECT rank, module_id, -1 FROM nmc_backward_calls) st
 JOIN nmc_supported s USING (rank, module_id)
 WHERE s.kind <> 'soma'
 GROUP BY ALL
-HAVING sum(st.d) > 0 AND sum(CASE WHEN st.d < 0 THEN 1 ELSE 0 END) > 0
 """
+
+
+def leftover_classes(balances: pd.DataFrame) -> list[str]:
+    """The classes of modules whose forward inputs were pushed but never popped although the
+    module ran backward (SpikingJelly's "selective backward"), from STACK_BALANCES rows."""
+    added = balances.groupby(["path", "class_name"], as_index=False)[["balance", "pops"]].sum()
+    return sorted(set(added.loc[(added["balance"] > 0) & (added["pops"] > 0), "class_name"]))
 
 
 def _geometry(compat: bool, t: str) -> dict[str, str]:
@@ -281,16 +288,14 @@ def _register(con, ignore_names, compat: bool = False) -> None:
 
 def module_fragments(trace, *, compat: bool, ignore_names=(),
                      recompute: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(fragments, leftovers): module fragments in FRAGMENT_COLUMNS order plus module_kind,
+    """(fragments, balances): module fragments in FRAGMENT_COLUMNS order plus module_kind,
     bad_layout, unpaired and recompute (with `recompute`, recomputed forwards give fragments);
-    leftovers lists modules whose forward inputs were pushed but never popped although the
-    module ran backward (SpikingJelly's "selective backward")."""
+    balances the STACK_BALANCES rows (see leftover_classes)."""
     _register(trace.con, ignore_names, compat)
     forward = trace.sql(_forward_sql(compat, recompute)).assign(unpaired=False)
     backward = trace.sql(_backward_sql(compat))
     frame = pd.concat([f for f in (forward, backward) if len(f)] or [forward], ignore_index=True)
-    leftovers = trace.sql(LEFTOVERS)
-    return finish(frame, source="module"), leftovers
+    return finish(frame, source="module"), trace.sql(STACK_BALANCES)
 
 
 def finish(frame: pd.DataFrame, source: str) -> pd.DataFrame:

@@ -59,12 +59,14 @@ def _fragments(parts: pd.DataFrame, op_name) -> pd.DataFrame:
     return frame
 
 
-def optimizer_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(fragments, uncosted rows, refusals) of every recorded optimizer step()."""
+def optimizer_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFrame, set[str], str | None]:
+    """(fragments, uncosted rows, problems, other) of every recorded optimizer step(): problems
+    are SpikingJelly's messages for the SGD settings it refuses, other the class of the first
+    optimizer it has no model for (None: none)."""
     rows = trace.sql(OPTIMIZER_SQL)
-    frames, uncosted, refusals = [], [], []
+    frames, uncosted, problems, other_class = [], [], set(), None
     if not len(rows):
-        return pd.DataFrame(), pd.DataFrame(), refusals
+        return pd.DataFrame(), pd.DataFrame(), problems, other_class
     rows["kt"] = rows["numel"].where(rows["ndim"] <= 1, 0)
     rows["fyfxkc"] = rows["numel"].where(rows["ndim"] > 1, 0)
     with_grad = rows[rows["has_grad"]]
@@ -84,7 +86,7 @@ def optimizer_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFr
         sgd["problem"] = _sgd_problem(sgd)
         bad = sgd[sgd["problem"].notna()]
         if len(bad):
-            refusals.extend(sorted(set(bad["problem"])))
+            problems = set(bad["problem"])
             # SpikingJelly refuses the whole step; by default only the offending groups go uncosted
             bad_calls = set(zip(bad["rank"], bad["seq"]))
             drop = pd.Series([k in bad_calls for k in zip(sgd["rank"], sgd["seq"])], index=sgd.index) if compat \
@@ -105,9 +107,17 @@ def optimizer_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFr
 
     other = rows[~adam & (rows["optimizer_class"] != "SGD")]
     if len(other):
-        refusals.append("NeuroMC runtime optimizer modeling only supports Adam/AdamW and common SGD (nesterov=False, "
-                        f"dampening=0, maximize=False); got {other['optimizer_class'].iloc[0]}.")
+        other_class = other.sort_values(["rank", "seq"], kind="stable")["optimizer_class"].iloc[0]
         uncosted.append(other.assign(name=other["optimizer_class"], reason="no NeuroMC optimizer model"))
     uncosted_frame = pd.concat(uncosted, ignore_index=True) if uncosted else pd.DataFrame()
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return frame, uncosted_frame, refusals
+    return frame, uncosted_frame, problems, other_class
+
+
+def optimizer_refusals(problems: set[str], other_class: str | None) -> list[str]:
+    """SpikingJelly's refusals of the recorded optimizer steps, in its order."""
+    refusals = sorted(problems)
+    if other_class is not None:
+        refusals.append("NeuroMC runtime optimizer modeling only supports Adam/AdamW and common SGD (nesterov=False, "
+                        f"dampening=0, maximize=False); got {other_class}.")
+    return refusals

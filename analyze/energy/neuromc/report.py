@@ -2,7 +2,8 @@
 
 Per fragment: MAC energy = MACs x mac_cost_pj[core type]; extra compute = primitive counts
 x extra_op_cost_pj; memory = sum over its terms of bits / bandwidth x cost per access (read
-bandwidth and cost for rh2l/rl2h, write ones for wh2l/wl2h). The preset decides weight
+bandwidth and cost for rh2l/rl2h, write ones for wh2l/wl2h). Each kind of fragment (kinds.py)
+is priced once, for all its parts: its counts and bits times the parts of that kind. The preset decides weight
 reuse (a reuse stage's weights fit the core's weight SRAM: the weight loads are skipped)
 and which levels/directions count (the zero_* flags). Work the preset cannot price (an
 instance it lacks, a core or primitive without a cost) is reported in `uncosted`.
@@ -74,8 +75,9 @@ class Report:
     def mapping_summary(self) -> list[dict[str, Any]]:
         """One entry per fragment (SpikingJelly's report field), built on first use."""
         if not isinstance(self.summary_source, list):
-            fragments, with_groups = self.summary_source or (pd.DataFrame(), False)
-            self.summary_source = mapping_summary(fragments, with_groups=with_groups)
+            activity, with_groups = self.summary_source or (None, False)
+            rows = activity.fragment_rows() if activity is not None else pd.DataFrame()
+            self.summary_source = mapping_summary(rows, with_groups=with_groups)
         return self.summary_source
 
     def to_frame(self) -> pd.DataFrame:
@@ -121,15 +123,17 @@ def _nested(frame: pd.DataFrame, outer: str, inner: str, value: str, cast) -> di
     return {str(k): {str(i): cast(v) for i, v in zip(g[inner], g[value])} for k, g in frame.groupby(outer, sort=False)}
 
 
-def _memory_energy(activity, costs: Costs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(costed terms with pj, uncosted bits per instance) after the preset's reuse and flags."""
-    f, terms = activity.fragments, activity.memory
+def _memory_energy(activity, costs: Costs, parts: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(costed terms with pj, uncosted bits per instance) after the preset's reuse and flags:
+    a term's bits and pj are those of one part of its kind, the uncosted bits those of all
+    `parts` of each kind."""
+    f, terms = activity.kinds, activity.memory
     specs = pd.DataFrame([asdict(s) for s in costs.memory_instances.values()],
                          columns=["name", "size_bits", "datawidth", "r_bw", "w_bw", "r_cost", "w_cost"]).set_index("name")
     fits = f["weight_bits"] <= f["weight_instance"].map(specs["size_bits"]).astype("float64")
     reused = (f["reuse_stage"] & fits.fillna(False)).to_numpy()
-    row = terms["row"].to_numpy()
-    drop = terms["weight_load"].to_numpy() & reused[row] if len(terms) else pd.Series(dtype=bool)
+    kind = terms["kind"].to_numpy()
+    drop = terms["weight_load"].to_numpy() & reused[kind] if len(terms) else pd.Series(dtype=bool)
     level, direction = terms["level"], terms["direction"]
     drop = drop | ((level == "dram") & costs.zero_dram_in_paper_energy) | ((level == "noc") & costs.zero_noc_in_paper_energy) \
         | ((level == "sram") & costs.zero_sram_high_directions & direction.isin(["rl2h", "wh2l"]))
@@ -144,23 +148,39 @@ def _memory_energy(activity, costs: Costs) -> tuple[pd.DataFrame, pd.DataFrame]:
                         np.append(spec[write_field].to_numpy(float), np.nan)[codes])
 
     terms["pj"] = terms["bits"].to_numpy() / per_term("r_bw", "w_bw") * per_term("r_cost", "w_cost")
-    known = terms["instance"].isin(specs.index)
-    missing = terms[~known].groupby("instance", as_index=False)["bits"].sum()
+    unknown = terms[~terms["instance"].isin(specs.index)]
+    missing = unknown.assign(bits=unknown["bits"].to_numpy() * parts[unknown["kind"].to_numpy()]).groupby(
+        "instance", as_index=False, observed=True)["bits"].sum()
     return terms, missing
 
 
-def _uncosted(activity, missing: pd.DataFrame, f: pd.DataFrame, costs: Costs) -> pd.DataFrame:
+def _fragments_per(values: pd.Series, fragments: pd.DataFrame) -> dict:
+    """value -> how many fragments (not parts: an optimizer fragment has one per module) have a
+    part whose kind has that value; `values` holds one value per kind (NaN: none)."""
+    codes, uniques = pd.factorize(values)
+    of_part = codes[fragments["kind"].to_numpy()].astype(np.int64)
+    ids = fragments["fragment_id"].to_numpy()[of_part >= 0]
+    span = int(ids.max()) + 1 if len(ids) else 1
+    distinct = np.unique(of_part[of_part >= 0] * span + ids)  # (value, fragment) pairs, each once
+    return dict(zip(uniques, np.bincount(distinct // span, minlength=len(uniques)).tolist()))
+
+
+def _uncosted(activity, missing: pd.DataFrame, f: pd.DataFrame, costs: Costs, parts: np.ndarray) -> pd.DataFrame:
+    """`f`: the kinds with their counts summed over their parts; `parts`: parts per kind."""
     extra = []
     for r in missing.itertuples():
         extra.append({"kind": "memory_instance", "name": r.instance, "bits": int(r.bits),
                       "reason": "the preset has no such memory instance"})
-    no_mac_cost = f[(f["mac_count"] > 0) & ~f["core_type"].isin(list(costs.mac_cost_pj))]
-    for core, group in no_mac_cost.groupby("core_type"):
-        extra.append({"kind": "mac", "name": core, "calls": int(group["fragment_id"].nunique()),
-                      "input_elements": int(group["mac_count"].sum()), "reason": "the preset has no MAC cost for this core"})
+    no_mac_cost = (f["mac_count"] > 0) & ~f["core_type"].isin(list(costs.mac_cost_pj))
+    if no_mac_cost.any():
+        fragments = _fragments_per(f["core_type"].where(no_mac_cost), activity.fragments)
+        for core, group in f[no_mac_cost].groupby("core_type"):
+            extra.append({"kind": "mac", "name": core, "calls": fragments[core],
+                          "input_elements": int(group["mac_count"].sum()),
+                          "reason": "the preset has no MAC cost for this core"})
     for primitive in rules.PRIMITIVES:
         if primitive not in costs.extra_op_cost_pj and f[primitive].sum() > 0:
-            extra.append({"kind": "primitive", "name": primitive, "calls": int((f[primitive] > 0).sum()),
+            extra.append({"kind": "primitive", "name": primitive, "calls": int(parts[(f[primitive] > 0).to_numpy()].sum()),
                           "input_elements": int(f[primitive].sum()), "reason": "the preset has no cost for this primitive"})
     frame = pd.concat([activity.uncosted, pd.DataFrame(extra)], ignore_index=True) if extra else activity.uncosted.copy()
     for column in UNCOSTED_COLUMNS:
@@ -180,23 +200,25 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
             raise ValueError(f"Missing required NeuroMC memory instances: {missing}.")
         if activity.refusals:
             raise ValueError(activity.refusals[0])
-    f = activity.fragments
-    terms, missing = _memory_energy(activity, costs)
-    rows = len(f)
-    index = range(rows)
+    parts = activity.parts_per_kind()
+    terms, missing = _memory_energy(activity, costs, parts)
+    one = activity.kinds  # one part of each kind
     pj, priced = terms["pj"].to_numpy(), terms["pj"].notna().to_numpy()
     base = (terms["component"] == "base").to_numpy()
-    by_row = {component: pd.Series(np.bincount(terms["row"].to_numpy()[priced & chosen], pj[priced & chosen],
-                                               minlength=rows), index=index)
-              for component, chosen in (("base", base), ("extra", ~base))}
-    mac_pj = f["mac_count"] * f["core_type"].map(costs.mac_cost_pj).fillna(0.0) if rows else pd.Series(dtype=float)
-    extra_pj = sum((f[p] * costs.extra_op_cost_pj.get(p, 0.0) for p in rules.PRIMITIVES), pd.Series(0.0, index=f.index))
-    # the columns the breakdowns read, not a copy of every fragment column
-    frame = f[["stage", "op_name", "core_type", "process_key", "module", "step", "rank", "fragment_id", "mac_count",
-               *rules.PRIMITIVES]].assign(mac_pj=mac_pj, extra_compute_pj=extra_pj, base_pj=by_row["base"].to_numpy(),
-                                          extra_memory_pj=by_row["extra"].to_numpy())
-    frame["pj"] = frame["mac_pj"] + frame["extra_compute_pj"] + frame["base_pj"] + frame["extra_memory_pj"]
-    uncosted = _uncosted(activity, missing, f, costs)
+    by_kind = {component: np.bincount(terms["kind"].to_numpy()[priced & chosen], pj[priced & chosen],
+                                      minlength=len(one)) for component, chosen in (("base", base), ("extra", ~base))}
+    mac_pj = one["mac_count"] * one["core_type"].map(costs.mac_cost_pj).fillna(0.0) if len(one) else pd.Series(dtype=float)
+    extra_pj = sum((one[p] * costs.extra_op_cost_pj.get(p, 0.0) for p in rules.PRIMITIVES), pd.Series(0.0, index=one.index))
+    part_pj = (mac_pj + extra_pj + by_kind["base"] + by_kind["extra"]).to_numpy()
+    # From here on a kind stands for all its parts: its counts and pJ times its parts, and
+    # only the columns the breakdowns read, not a copy of every kind column.
+    frame = one[["stage", "op_name", "core_type", "process_key", "module", "mac_count", *rules.PRIMITIVES]].assign(
+        mac_count=one["mac_count"] * parts, **{p: one[p] * parts for p in rules.PRIMITIVES},
+        mac_pj=mac_pj * parts, extra_compute_pj=extra_pj * parts, base_pj=by_kind["base"] * parts,
+        extra_memory_pj=by_kind["extra"] * parts, pj=part_pj * parts)
+    weight = parts[terms["kind"].to_numpy()]
+    terms = terms.assign(bits=terms["bits"].to_numpy() * weight, pj=pj * weight)
+    uncosted = _uncosted(activity, missing, frame, costs, parts)
     warnings = list(activity.warnings)
     if len(uncosted):
         warnings.append(f"{len(uncosted)} kinds of work are uncosted (see report.uncosted); the totals cover the rest")
@@ -207,10 +229,10 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         return {str(k): float(v) for k, v in frame.groupby(column, sort=False)["pj"].sum().items()}
 
     def counts_by(column):
-        grouped = frame.groupby(column, sort=False)
-        counts = grouped.agg(fragments=("fragment_id", "nunique"), mac=("mac_count", "sum"),
-                             **{p: (p, "sum") for p in rules.PRIMITIVES})
-        return {str(k): {c: int(v) for c, v in values.items()} for k, values in counts.to_dict("index").items()}
+        sums = frame.groupby(column, sort=False)[["mac_count", *rules.PRIMITIVES]].sum()
+        fragments = _fragments_per(frame[column], activity.fragments)
+        return {str(k): {"fragments": int(fragments[k]), "mac": int(values["mac_count"]),
+                         **{p: int(values[p]) for p in rules.PRIMITIVES}} for k, values in sums.iterrows()}
 
     def primitives_by(column):
         sums = frame.groupby(column, sort=False)[list(rules.PRIMITIVES)].sum()
@@ -222,6 +244,7 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
     totals = {p: int(frame[p].sum()) for p in rules.PRIMITIVES} | {"mac": int(frame["mac_count"].sum())}
     energy_mac, energy_extra = float(frame["mac_pj"].sum()), float(frame["extra_compute_pj"].sum())
     energy_base, energy_extra_memory = float(frame["base_pj"].sum()), float(frame["extra_memory_pj"].sum())
+    part_pj = part_pj[activity.fragments["kind"].to_numpy()]  # each fragment part's, for the steps and ranks
     return Report(
         energy_total_pj=energy_mac + energy_extra + energy_base + energy_extra_memory,
         energy_compute_pj=energy_mac + energy_extra,
@@ -231,7 +254,7 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         primitive_counts={"totals": totals, "by_stage": primitives_by("stage"), "by_op": primitives_by("op_name")},
         memory_bits_by_level={
             "preset_name": costs.preset_name,
-            "totals": {str(k): int(v) for k, v in bits.groupby("level", sort=False)["bits"].sum().items()},
+            "totals": {str(k): int(v) for k, v in bits.groupby("level", sort=False, observed=True)["bits"].sum().items()},
             "by_level_dir": _nested(bits, "level", "direction", "bits", int),
         },
         warnings=warnings,
@@ -244,20 +267,20 @@ def cost(activity, costs: Costs, *, compat=None, strict: bool = False) -> Report
         energy_by_memory_level_dir=_nested(energy_terms, "level", "direction", "pj", float),
         counts_by_core_type=counts_by("core_type"),
         counts_by_process_key=counts_by("process_key"),
-        summary_source=(f, activity.compat != "spikingjelly"),
+        summary_source=(activity, activity.compat != "spikingjelly"),
         model_info=dict(rules.MODEL_INFO),
         memory_config=costs,
         energy_by_module={str(k): float(v) for k, v in frame.groupby("module", sort=False)["pj"].sum().items()},
         energy_by_module_component=_module_components(frame, terms),
         uncosted=uncosted,
-        energy_by_step=_by_integer(frame, "step"),
-        energy_by_rank=_by_integer(frame, "rank"),
+        energy_by_step=_by_integer(part_pj, activity.fragments["step"]),
+        energy_by_rank=_by_integer(part_pj, activity.fragments["rank"]),
     )
 
 
-def _by_integer(frame: pd.DataFrame, column: str) -> dict[str, float]:
+def _by_integer(pj: np.ndarray, keys: pd.Series) -> dict[str, float]:
     """pJ per fragment step or rank (every fragment, optimizer ones included, has both), in order."""
-    return {str(int(k)): float(v) for k, v in frame.groupby(column)["pj"].sum().items()}
+    return {str(int(k)): float(v) for k, v in pd.Series(pj, index=keys.index).groupby(keys).sum().items()}
 
 
 def _module_components(frame: pd.DataFrame, terms: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -269,7 +292,7 @@ def _module_components(frame: pd.DataFrame, terms: pd.DataFrame) -> dict[str, di
     if priced.any():  # summed per (module of the term's fragment, level) code pair: no text per term
         module_codes, modules = pd.factorize(frame["module"].reset_index(drop=True))
         level_codes, levels = pd.factorize(terms["level"])
-        pair = module_codes[terms["row"].to_numpy()[priced]] * len(levels) + level_codes[priced]
+        pair = module_codes[terms["kind"].to_numpy()[priced]] * len(levels) + level_codes[priced]
         sums = np.bincount(pair, terms["pj"].to_numpy()[priced])
         pairs, first = np.unique(pair, return_index=True)
         parts.append({(modules[p // len(levels)], f"{levels[p % len(levels)]}_memory_pj"): sums[p]

@@ -3,7 +3,8 @@
 NeuroMC energy is linear in the preset once its one structural decision is made: a
 weight-reusing stage skips its weight loads when the weight fits the SRAM instance. So the
 activity's memory bits are summed once per (reuse group, instance, read/write) — a reuse
-group being the fragments that share a weight instance and weight size — and each preset
+group being the kinds of fragment that share a weight instance and weight size, each kind's
+bits those of all its parts — and each preset
 is a row of pJ-per-bit ratios (cost / bandwidth) and a row of "fits" flags:
 
     memory[p] = sum_g keep[p, g] * (ratio[p, :] @ bits[g, :])
@@ -68,20 +69,21 @@ def sweep_totals(activity, base: Costs, values: Mapping[str, np.ndarray], *, com
         else:
             raise ValueError(f"cannot sweep {key!r} in bulk (memory_instances.*, mac_cost_pj.*, extra_op_cost_pj.*)")
 
-    f = activity.fragments
-    # reuse groups: fragments whose weight loads a fitting weight makes unnecessary
+    f, parts = activity.kinds, activity.parts_per_kind()
+    # reuse groups: kinds whose weight loads a fitting weight makes unnecessary
     reusable = f["reuse_stage"].to_numpy(bool) & f["weight_instance"].isin(names).to_numpy()
     group_keys = pd.MultiIndex.from_arrays([f["weight_instance"].where(reusable), f["weight_bits"].where(reusable)])
     codes, uniques = pd.factorize(group_keys)
     n_groups = len(uniques)
-    row_group = np.where(reusable, codes, n_groups)  # n_groups = "never dropped"
+    kind_group = np.where(reusable, codes, n_groups)  # n_groups = "never dropped"
     terms = _kept_terms(activity, base)
     terms = terms[terms["instance"].isin(names)]
-    group = np.where(terms["weight_load"].to_numpy(bool), row_group[terms["row"].to_numpy()], n_groups)
+    kind = terms["kind"].to_numpy()
+    group = np.where(terms["weight_load"].to_numpy(bool), kind_group[kind], n_groups)
     column = terms["instance"].map({name: i for i, name in enumerate(names)}).to_numpy(dtype=int) * 2 \
         + (~terms["direction"].astype(str).str.startswith("r").to_numpy(dtype=bool)).astype(int)
     bits = np.zeros((n_groups + 1, 2 * len(names)))
-    np.add.at(bits, (group, column), terms["bits"].to_numpy(float))
+    np.add.at(bits, (group, column), terms["bits"].to_numpy(float) * parts[kind])
 
     ratio = np.empty((n, 2 * len(names)))
     ratio[:, 0::2] = specs["r_cost"] / specs["r_bw"]
@@ -93,7 +95,7 @@ def sweep_totals(activity, base: Costs, values: Mapping[str, np.ndarray], *, com
             continue
         keep[:, g] = ~(weight_bits <= specs["size_bits"][:, names.index(instance)])
     memory = (keep * per_group).sum(axis=1)
-    mac_counts = f.groupby("core_type")["mac_count"].sum()
+    mac_counts = (f["mac_count"] * parts).groupby(f["core_type"]).sum()
     compute = mac_cost @ np.array([float(mac_counts.get(c, 0)) for c in cores]) \
-        + op_cost @ np.array([float(f[p].sum()) for p in primitives])
+        + op_cost @ np.array([float((f[p] * parts).sum()) for p in primitives])
     return pd.DataFrame({"energy_total_pj": compute + memory, "energy_compute_pj": compute, "energy_memory_pj": memory})
