@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 from capture.table_buffer import TableBuffer
+from capture.value_counts import immediate_stats  # a module global: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 
@@ -109,83 +110,6 @@ class PendingStats:
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # no subclass __torch_dispatch__ behind tolist()
-
-# Below this many elements, reading the values into Python and counting beats two kernels.
-SMALL_TENSOR = 256
-
-
-try:  # numpy counts a bool array's ones faster than torch's CPU count_nonzero counts them
-    import numpy
-except ImportError:  # capture needs only torch; without numpy the torch kernels do the same job
-    numpy = None
-
-
-def _count_true(mask: torch.Tensor) -> int:
-    """Number of True values of a bool tensor the capture created (never a user's: see
-    the module docstring on `.numpy()`)."""
-    if numpy is not None:
-        try:
-            return int(numpy.count_nonzero(mask.numpy()))
-        except (RuntimeError, TypeError):  # a tensor subclass numpy cannot view
-            pass
-    return int(torch.count_nonzero(mask))
-
-
-# numpy's type string of each dtype it can read as it is (bfloat16 and complex: torch counts).
-_NUMPY_TYPESTRS = {} if numpy is None else {
-    dtype: numpy.dtype(name).str for dtype, name in (
-        (torch.float32, "float32"), (torch.float64, "float64"), (torch.float16, "float16"), (torch.int8, "int8"),
-        (torch.uint8, "uint8"), (torch.int16, "int16"), (torch.int32, "int32"), (torch.int64, "int64"))
-}
-
-
-class _Memory:
-    """A CPU tensor's elements as numpy reads them through __array_interface__: no `.numpy()`
-    on the user's tensor (see the module docstring), no copy, read-only."""
-
-    __slots__ = ("__array_interface__",)
-
-    def __init__(self, t: torch.Tensor, typestr: str) -> None:
-        size = t.element_size()
-        self.__array_interface__ = {"version": 3, "typestr": typestr, "data": (t.data_ptr(), True),
-                                    "shape": tuple(t.shape), "strides": tuple(s * size for s in t.stride())}
-
-
-def _count_ones(t: torch.Tensor) -> int:
-    """Number of elements equal to 1: numpy's one comparison pass reads the tensor's memory
-    where it can (2x faster than torch's subtract-and-cast), else torch counts."""
-    typestr = _NUMPY_TYPESTRS.get(t.dtype)
-    if typestr is not None and not t.is_neg():  # a negative view's memory holds the negated values
-        return int(numpy.count_nonzero(numpy.asarray(_Memory(t, typestr)) == 1))
-    # x - 1 == 0 exactly when x == 1 (IEEE subtraction, and integers modulo their width); NaN -
-    # 1 is NaN, non-zero. The subtraction and cast are faster than torch's comparison kernels.
-    try:
-        return t.numel() - _count_true(t.detach().sub(1).bool())  # detach: builds no autograd node
-    except RuntimeError:  # a dtype without subtraction (uint16, uint32, ...)
-        return int(torch.count_nonzero(t == 1))
-
-
-def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
-    """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
-    numel = t.numel()
-    if numel <= SMALL_TENSOR:
-        dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op (no dispatched op at all)
-        values = t.tolist() if dim == 1 else [t.tolist()] if dim == 0 else t.reshape(-1).tolist()
-        zeros = values.count(0)  # -0.0 == 0; NaN equals neither 0 nor 1
-        return numel - zeros, zeros + values.count(1) == numel
-    if t.dtype is torch.bool:
-        return int(torch.count_nonzero(t)), True
-    # A cast to bool is one vectorised pass (NaN -> True, -0.0 -> False, as != 0 would give)
-    # and makes a fresh tensor of ours; torch's count_nonzero on mixed values branches badly.
-    nnz = _count_true(t.bool())
-    if nnz == 0:
-        return 0, True
-    first = t[(0,) * t.dim()].item()
-    if first != 0 and first != 1:
-        return nnz, False
-    # Every value is 0 or 1 exactly when the non-zeros are all ones.
-    return nnz, _count_ones(t) == nnz
-
 
 class TensorRegistry:
     """Assigns ids to tensors and writes their `tensors` rows."""

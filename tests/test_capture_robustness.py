@@ -236,6 +236,7 @@ def test_value_statistics_are_exact_and_leave_storages_resizable(dtype):
                 odd = binary.clone()
                 odd[7, 7] = value
                 cases[name] = odd
+            cases["negative view"] = torch._neg_view(binary)  # its memory holds 0 and 1, its values 0 and -1
         if dtype in (torch.int8, torch.int64):
             wrapped = binary.clone()
             wrapped[1, 1] = -1  # -1 - 1 wraps nowhere near 0
