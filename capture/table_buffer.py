@@ -44,8 +44,9 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
     "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device",
                           "requires_grad", "is_meta", "is_parameter", "parameter")},
     # appended with append(), which interns each group's tuple itself
-    "module_events": {"$hook": ("kind", "module_id", "tracker_name", "step", "stage_id", "stage", "phase",
-                                "grad_enabled", "training", "thread", "inputs_require_grad", "recompute")},
+    # (not step or stage_id: they change every step, and a step's hook rows are all distinct)
+    "module_events": {"$hook": ("kind", "module_id", "tracker_name", "stage", "phase", "grad_enabled", "training",
+                                "thread", "inputs_require_grad", "recompute")},
     "optimizer_steps": {"$parameter": ("optimizer_index", "optimizer_class", "group_index", "hyperparameters",
                                        "param_index", "parameter", "module_id", "shape", "ndim", "numel", "dtype",
                                        "has_grad", "state_keys")},
@@ -143,17 +144,28 @@ class TableBuffer:
                 arrays.append(pa.array(column, type=f.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def buffered_bytes(self, sample: int = 32) -> int:
+    def buffered_bytes(self, sample: int = 64) -> int:
         """What the pending rows hold in memory: each column's storage, and for list columns
-        the objects in it, sized on the last `sample` rows (an object shared by rows of the
-        sample, an interned shape or argument string, counted once)."""
+        the objects in it, sized on `sample` rows spread evenly over the buffer (a step's rows
+        differ from its start to its end). An object is shared by the rows that
+        hold it (an interned group tuple, shape or argument string), so each row is charged its
+        size over the references to it (sys.getrefcount, less the ones this count makes): an
+        interned tuple in every row costs a pointer, one of its own its whole size."""
         total = 0
         for column in self.columns.values():
             total += sys.getsizeof(column)
             if not isinstance(column, array) and column:
-                tail = column[-sample:]
-                distinct = {id(value): value for value in tail}
-                total += int(sum(_size(value) for value in distinct.values()) * len(column) / len(tail))
+                tail = column[::max(1, len(column) // sample)]
+                occurrences: dict[int, int] = {}
+                for value in tail:
+                    occurrences[id(value)] = occurrences.get(id(value), 0) + 1
+                charged = 0.0
+                for value in {id(v): v for v in tail}.values():
+                    # references: the buffer's rows (and a memo's), the sample's, the dict's, this
+                    # loop variable's and getrefcount's argument
+                    holders = max(1, sys.getrefcount(value) - occurrences[id(value)] - 3)
+                    charged += _size(value) * occurrences[id(value)] / holders
+                total += int(charged * len(column) / len(tail))
         return total
 
 
