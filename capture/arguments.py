@@ -86,11 +86,18 @@ class _TensorSlot:
 
 
 _TENSOR = _TensorSlot()
+_FLOAT = _TensorSlot()  # heads a finite float's key: (_FLOAT, value, sign)
+_INTS = _TensorSlot()  # heads a list or tuple of ints' key: (_INTS, *items)
+_TENSORS = _TensorSlot()  # heads a list of tensors' key: (_TENSORS, length)
+_SEQUENCES = (list, tuple)  # both are JSON lists, as the dispatcher treats them alike
+_copysign = math.copysign
 _INTERNED_LIMIT = 65536
-# (args key) -> args JSON, for calls whose positional arguments are all tensors, ints or None
-# and that have no keyword arguments (most ops): the same JSON string object every time the
-# same structure recurs, instead of an encoder pass per op. Ints are compared with their
-# type (`type(a) is int`), so True never meets 1; floats never take this path (0.0 == -0.0).
+# (args key) -> args JSON, for calls without keyword arguments whose positional arguments
+# are all tensors, ints, None, finite floats, lists of ints or lists of tensors (nearly every
+# op): the same JSON string object every time the same structure recurs, instead of an
+# encoder pass per op. Ints are compared with their type (`type(a) is int`), so True never
+# meets 1; a float's key carries its sign (0.0 == -0.0 as keys, not as JSON) and a marker, so
+# 2.0 never meets 2; infinities and NaN (tagged objects in the JSON) take the encoder.
 _interned_args: dict[tuple, str] = {}
 _interned_strings: dict[str, str] = {}
 # The JSON of a single tensor output, by its placeholder index.
@@ -109,6 +116,13 @@ def _placeholders_json(key: tuple) -> str:
         if value is _TENSOR:
             placeholders.append({"$t": k})
             k += 1
+        elif type(value) is tuple and value[0] is _FLOAT:
+            placeholders.append(value[1])
+        elif type(value) is tuple and value[0] is _INTS:
+            placeholders.append(list(value[1:]))
+        elif type(value) is tuple and value[0] is _TENSORS:
+            placeholders.append([{"$t": k + item} for item in range(value[1])])
+            k += value[1]
         else:
             placeholders.append(value)
     return _dumps(placeholders)
@@ -129,6 +143,13 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
                 key.append(_TENSOR)
             elif type(a) is int or a is None:
                 key.append(a)
+            elif type(a) is float and a - a == 0.0:  # finite: inf - inf and nan - nan are nan
+                key.append((_FLOAT, a, _copysign(1.0, a)))  # the sign keeps -0.0 apart from 0.0
+            elif type(a) in _SEQUENCES and all(type(e) is int for e in a):
+                key.append((_INTS, *a))
+            elif type(a) in _SEQUENCES and a and all(isinstance(e, torch.Tensor) for e in a):  # cat, stack
+                tensors.extend((e, use_slot("arg", i, None, item)) for item, e in enumerate(a))
+                key.append((_TENSORS, len(a)))
             else:
                 del tensors[:]
                 break
