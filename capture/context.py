@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from operator import is_
 from typing import TYPE_CHECKING
 
 import torch
@@ -129,10 +130,8 @@ class RecordingContext:
         memories = module._memories
         values = tuple(memories.values())
         previous = self._memory_snapshots.get(module_id)
-        if not force and previous is not None and len(previous) == len(values) and all(
-            a is b for a, b in zip(previous, values)
-        ):
-            return
+        if not force and previous is not None and len(previous) == len(values) and all(map(is_, previous, values)):
+            return  # the same objects: map(is_) compares identities without a generator frame
         rows = []
         for name, value in memories.items():
             if isinstance(value, torch.Tensor):

@@ -58,6 +58,89 @@ def negated(args, kwargs, out, known: Known):
     return None if stats is None else (stats[0], stats[0] == 0)
 
 
+def _finite_number(value) -> bool:
+    return type(value) in (int, float) and value - value == 0  # inf - inf and nan - nan are nan
+
+
+# The scalar each arithmetic op leaves its tensor operand unchanged by: x + 0, x - 0, x * 1,
+# x / 1 equal x exactly (NaN stays NaN, -0.0 + 0.0 = 0.0 is a zero either way) as long as the
+# dtype does not change (no promotion, no rounding).
+_IDENTITY_SCALARS = {"aten.add.Tensor": 0, "aten.sub.Tensor": 0, "aten.mul.Tensor": 1, "aten.div.Tensor": 1}
+
+
+def _alpha(args, kwargs):
+    return args[2] if len(args) > 2 else kwargs.get("alpha", 1)
+
+
+def scalar_arithmetic(op: str):
+    """x op c for a Python number c: the identity scalar keeps x's statistics; a multiplication
+    of a 0/1 x by c gives 0 (0 * r is a zero while r is finite) and r = 1 * c as this dtype
+    computes it, so nnz is x's unless r is zero, and it is 0/1 when r is 1."""
+    identity = _IDENTITY_SCALARS[op]
+
+    def rule(args, kwargs, out, known: Known):
+        x, c = args[0], args[1]
+        if not isinstance(x, torch.Tensor) or not _finite_number(c) or _alpha(args, kwargs) != 1 or \
+                out.dtype != x.dtype or out.shape != x.shape:
+            return None
+        stats = known(x)
+        if stats is None:
+            return None
+        if c == identity:
+            return stats
+        if op != "aten.mul.Tensor" or not stats[1]:
+            return None
+        # 1 * c as x's dtype computes it, with x * c's promotion; on the CPU, so a device
+        # tensor costs no sync (IEEE multiplication and rounding are the same there).
+        r = torch.ones((), dtype=x.dtype) * c
+        if r.dtype != out.dtype:
+            return None
+        r = r.item()
+        if r - r != 0:  # c overflowed the dtype (1e300 in float32): 0 * inf is nan
+            return None
+        return (0, True) if r == 0 or stats[0] == 0 else (stats[0], r == 1)
+
+    return rule
+
+
+def zero_operand(op: str):
+    """a + b or a - b where one tensor operand is all zeros (nnz 0), alpha 1, and the other
+    already has the output's shape and dtype (no broadcast, no promotion): a + 0 and a - 0
+    are a exactly (see _IDENTITY_SCALARS), 0 + b is b, and 0 - b = -b has b's zeros and
+    nonzeros (also when an unsigned dtype wraps) and holds only 0 and 1 when it is all zeros."""
+    negates = op == "aten.sub.Tensor"
+
+    def rule(args, kwargs, out, known: Known):
+        a, b = args[0], args[1]
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or _alpha(args, kwargs) != 1:
+            return None
+        a_stats, b_stats = known(a), known(b)
+        if b_stats is not None and b_stats[0] == 0 and a.dtype == out.dtype and a.shape == out.shape:
+            return a_stats
+        if a_stats is not None and a_stats[0] == 0 and b.dtype == out.dtype and b.shape == out.shape \
+                and b_stats is not None:
+            return (b_stats[0], b_stats[0] == 0) if negates else b_stats
+        return None
+
+    return rule
+
+
+def arithmetic(op: str):
+    """The rule of add, sub, mul or div: a Python number operand (scalar_arithmetic), or for add
+    and sub an all-zero tensor operand (zero_operand)."""
+    with_scalar = scalar_arithmetic(op)
+    with_zeros = zero_operand(op) if op in ("aten.add.Tensor", "aten.sub.Tensor") else None
+
+    def rule(args, kwargs, out, known: Known):
+        if len(args) < 2 or not isinstance(out, torch.Tensor):
+            return None
+        if not isinstance(args[1], torch.Tensor):
+            return with_scalar(args, kwargs, out, known)
+        return None if with_zeros is None else with_zeros(args, kwargs, out, known)
+
+    return rule
+
+
 PROPAGATION: dict[str, Callable] = {
     **{
         op: same_elements
@@ -74,6 +157,7 @@ PROPAGATION: dict[str, Callable] = {
     "aten.rsub.Scalar": one_minus_binary,
     "aten._to_copy.default": binary_cast,
     "aten.neg.default": negated,
+    **{op: arithmetic(op) for op in _IDENTITY_SCALARS},
 }
 
 

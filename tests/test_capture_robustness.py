@@ -225,12 +225,12 @@ def test_value_statistics_are_exact_and_leave_storages_resizable(dtype):
 
     generator = torch.Generator().manual_seed(0)
     binary = (torch.rand(40, 30, generator=generator) < 0.3).to(dtype)
-    cases = {"binary": binary, "zeros": torch.zeros(1000, dtype=dtype), "transposed": binary.t()}
+    cases = {"binary": binary, "zeros": torch.zeros(1000, dtype=dtype), "transposed": binary.t(),
+             "expanded": binary[:1].expand(20, 30), "strided": binary.repeat(4, 4)[::3, 1::2]}
     if dtype is not torch.bool:
         near = binary.clone()
         near[3, 4] = 2  # one value that is neither 0 nor 1, after a first element that is
         cases["binary but one"] = near
-        cases["expanded"] = binary[:1].expand(20, 30)
         if dtype.is_floating_point:
             for name, value in (("nan", float("nan")), ("minus zero", -0.0), ("almost one", 1 - 2**-8)):
                 odd = binary.clone()
