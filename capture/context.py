@@ -123,15 +123,20 @@ class RecordingContext:
                 (ids[id(m)], m) for m in tracker.active_modules if ids.get(id(m)) in stateful
             ]
             self._stateful_generation = tracker.generation
+        snapshots = self._memory_snapshots
         for module_id, module in self._active_stateful:
-            self.snapshot(seq, module_id, module, force=False)
+            # Inlined check of snapshot(): the memories are mostly the very objects last
+            # recorded (it runs once per op while a neuron is active).
+            previous, memories = snapshots.get(module_id), module._memories
+            if previous is None or len(previous) != len(memories) or not all(map(is_, previous, memories.values())):
+                self.snapshot(seq, module_id, module, force=False)
 
     def snapshot(self, seq: int, module_id: int, module, force: bool) -> None:
         memories = module._memories
         values = tuple(memories.values())
         previous = self._memory_snapshots.get(module_id)
         if not force and previous is not None and len(previous) == len(values) and all(map(is_, previous, values)):
-            return  # the same objects: map(is_) compares identities without a generator frame
+            return  # the same objects (map(is_): no generator frame)
         rows = []
         for name, value in memories.items():
             if isinstance(value, torch.Tensor):

@@ -72,6 +72,23 @@ def _alpha(args, kwargs):
     return args[2] if len(args) > 2 else kwargs.get("alpha", 1)
 
 
+_UNIT_PRODUCTS: dict[tuple, tuple] = {}
+
+
+def _unit_product(dtype: torch.dtype, c) -> tuple:
+    """(1 * c as a tensor of `dtype` computes it, the product's dtype): x * c's promotion and
+    rounding, on the CPU, so a device tensor costs no sync (IEEE multiplication and rounding
+    are the same there). Remembered per (dtype, type, value): the same few scalars recur."""
+    key = (dtype, type(c), c)  # -0.0 meets 0.0 here: both give a zero, alike for the rule
+    product = _UNIT_PRODUCTS.get(key)
+    if product is None:
+        if len(_UNIT_PRODUCTS) > 4096:
+            _UNIT_PRODUCTS.clear()
+        r = torch.ones((), dtype=dtype) * c
+        product = _UNIT_PRODUCTS[key] = (r.item(), r.dtype)
+    return product
+
+
 def scalar_arithmetic(op: str):
     """x op c for a Python number c: the identity scalar keeps x's statistics; a multiplication
     of a 0/1 x by c gives 0 (0 * r is a zero while r is finite) and r = 1 * c as this dtype
@@ -90,15 +107,10 @@ def scalar_arithmetic(op: str):
             return stats
         if op != "aten.mul.Tensor" or not stats[1]:
             return None
-        # 1 * c as x's dtype computes it, with x * c's promotion; on the CPU, so a device
-        # tensor costs no sync (IEEE multiplication and rounding are the same there).
-        r = torch.ones((), dtype=x.dtype) * c
-        if r.dtype != out.dtype:
+        r = _unit_product(x.dtype, c)
+        if r is None or r[1] != out.dtype or r[0] - r[0] != 0:  # c overflowed the dtype: 0 * inf is nan
             return None
-        r = r.item()
-        if r - r != 0:  # c overflowed the dtype (1e300 in float32): 0 * inf is nan
-            return None
-        return (0, True) if r == 0 or stats[0] == 0 else (stats[0], r == 1)
+        return (0, True) if r[0] == 0 or stats[0] == 0 else (stats[0], r[0] == 1)
 
     return rule
 
