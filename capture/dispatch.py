@@ -28,6 +28,7 @@ from capture.packed_bits import bits_bytes, pack_bits
 from capture.context import RecordingContext
 from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, one_op
 from capture.tensors import excluded_from_modes, has_values, immediate_stats
+from capture.value_counts import SMALL_TENSOR
 from capture.propagation import PROPAGATION, propagated
 from capture.collectives import COLLECTIVES, collective_outputs, collective_row
 from capture.decompositions import decomposition_plan, may_decompose, run_decomposed
@@ -209,7 +210,8 @@ class OpLog:
                 if tensor_id is None:
                     role, position, key = slot[0], slot[1], slot[2]
                     known = _NOT_SCANNED if collective else None
-                    if propagate is not None and role == "out" and t is out:
+                    # A small output's scan costs what the rule costs (capture/value_counts.py)
+                    if propagate is not None and role == "out" and t is out and t.numel() > SMALL_TENSOR:
                         known = propagated(propagate, args, kwargs, out, registry.stats_of)
                     written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
                     wanted = role == "arg" and position in wanted_positions
