@@ -2,9 +2,12 @@
 
     python benchmarks/capture_overhead.py [--rounds 15] [--workloads mlp,vgg,sew] [--tiny-events 1000000]
 
-1. Step time, for three SNN training workloads (benchmarks/workloads.py): plain; under
-   spiketrace capture with full statistics; under SpikingJelly's DispatchCounterMode with its
-   five basic counters; under torch.profiler(record_shapes=True) + export_chrome_trace.
+1. Step time, for the training workloads (benchmarks/workloads.py): plain; under a bare
+   pass-through TorchDispatchMode (the floor of any Python dispatch mode); under spiketrace
+   capture with full statistics, the same after one untimed recorded step ("steady": what a
+   recorder left on pays per step, without a trace's first-step costs), and with synaptic
+   statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
+   torch.profiler(record_shapes=True) + export_chrome_trace.
    Variants are interleaved with a plain sample next to each (alternating order, rotating
    variant order, warm-up rounds, gc.collect() outside the timed region). Reported: the median
    step time and the median of the paired ratios variant / adjacent plain. A spiketrace sample
@@ -77,12 +80,18 @@ def make_variants(workload, steps: int, scratch: Path):
         for _ in range(steps):
             train_step(net, x, target, loss_fn, opt)
 
-    def spiketrace_at(level: str):
+    def spiketrace_at(level: str, untimed_steps: int = 0):
         def spiketrace():
             # Timed with the recorder open: opening a trace and its final flush are paid once per
             # trace (a flush per 200k events by default), not per step; the size table reports them.
+            # `untimed_steps` recorded first leave out what only a trace's first step pays
+            # (describing every parameter and buffer, first sight of every op and argument
+            # structure): the steady state of a recorder left on.
             path = scratch / f"capture-{level}"
             with Recorder(path, model=net, optimizer=opt, value_statistics=level) as recorder:
+                for _ in range(untimed_steps):
+                    train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+                    recorder.step()
                 start = time.perf_counter()
                 for _ in range(steps):
                     train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
@@ -104,8 +113,15 @@ def make_variants(workload, steps: int, scratch: Path):
                 train_step(net, x, target, loss_fn, opt)
         prof.export_chrome_trace(str(scratch / "profile.json"))
 
-    return plain, {"spiketrace": spiketrace_at("full"), "spiketrace_synaptic": spiketrace_at("synaptic"),
-                   "sj_5_counters": sj_counters, "torch_profiler": profiler}
+    def pass_through():
+        with PassThrough():
+            for _ in range(steps):
+                train_step(net, x, target, loss_fn, opt)
+
+    return plain, {"pass_through": pass_through, "spiketrace": spiketrace_at("full"),
+                   "spiketrace_steady": spiketrace_at("full", untimed_steps=1),
+                   "spiketrace_synaptic": spiketrace_at("synaptic"), "sj_5_counters": sj_counters,
+                   "torch_profiler": profiler}
 
 
 def timed(fn, steps: int) -> float:
@@ -265,13 +281,14 @@ def main() -> None:
     names = [n for n in args.workloads.split(",") if n]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds after {args.warmup} warm-up\n")
     print("## Step time: median ms per training step, and median paired ratio to plain\n")
-    print("| workload | plain ms | spiketrace full ms (x) | spiketrace synaptic ms (x) | SJ 5 counters ms (x) "
-          "| torch.profiler ms (x) |")
-    print("|---|---|---|---|---|---|")
+    print("| workload | plain ms | pass-through mode ms (x) | spiketrace full ms (x) | full, steady ms (x) "
+          "| spiketrace synaptic ms (x) | SJ 5 counters ms (x) | torch.profiler ms (x) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         result = overhead(name, args.rounds, args.warmup, args.steps_per_sample, scratch)
         ms, ratio = result["median_ms"], result["ratio"]
-        cells = [f"{ms[v]:.1f} ({ratio[v]:.2f}x)" for v in ("spiketrace", "spiketrace_synaptic", "sj_5_counters", "torch_profiler")]
+        cells = [f"{ms[v]:.1f} ({ratio[v]:.2f}x)" for v in ("pass_through", "spiketrace", "spiketrace_steady",
+                                                            "spiketrace_synaptic", "sj_5_counters", "torch_profiler")]
         print(f"| {name} | {ms['plain']:.1f} | " + " | ".join(cells) + " |", flush=True)
     print(f"\n## Trace size and write rate ({args.size_steps} recorded steps in one trace)\n")
     print("| workload | events | bytes/event on disk | events/s end to end (compute included) | flush + close µs/event |")
