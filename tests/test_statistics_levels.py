@@ -61,6 +61,18 @@ def test_synaptic_takes_fewer_statistics_than_full(training):
     assert 0 < taken["synaptic"]["n"][0] < taken["full"]["n"][0] / 2
 
 
+def test_no_op_statistics_at_level_none(training):
+    # "none" takes no value statistics at all: the per-op scalars (conv spike taps, GEMM
+    # sums, ...) are value statistics too; the conv and Linear of this run have them at the
+    # other levels, alike (the synaptic level keeps every one a shipped rule reads).
+    rows = {}
+    for level, path in training.items():
+        with open_trace(path) as trace:
+            rows[level] = trace.sql("SELECT stat, count(*) AS n FROM op_stats GROUP BY stat ORDER BY stat")
+    assert rows["none"].empty
+    assert not rows["full"].empty and rows["synaptic"].equals(rows["full"])
+
+
 def test_synaptic_serves_the_counters_exactly_as_full(training):
     with open_trace(training["full"]) as full, open_trace(training["synaptic"]) as synaptic:
         expected = _sorted_counts(full, BASIC_COUNTERS)
