@@ -132,14 +132,14 @@ class OpPlan:
     __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted",
                  "may_decompose")
 
-    def __init__(self, func, propagation: bool = True, synaptic_level: bool = False, op_statistics: bool = True) -> None:
+    def __init__(self, func, propagation: bool = True, synaptic_level: bool = False) -> None:
         self.name = name = op_name(func)
         self.collective = name in COLLECTIVES
         self.written_positions, self.written_names = (
             collective_outputs(name, func) if self.collective else written_arguments(func)
         )
         self.propagate = PROPAGATION.get(name) if propagation else None
-        self.statistics = op_statistics and name in OP_STATISTICS
+        self.statistics = name in OP_STATISTICS
         # Final once its first call was planned (a record follows the plan): False for an op
         # with no decomposition, whose per-call check is then skipped.
         self.may_decompose = may_decompose(func)
@@ -176,10 +176,10 @@ class OpLog:
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
         self._synaptic_level = context.value_statistics == "synaptic"
-        # Level "none" takes no value statistics, op scalars included; kept binary inputs, if
-        # asked for, are still packed in the same pass (capture/context.py keep_binary_inputs).
-        self._op_scalars = context.value_statistics != "none"
-        self._take_op_statistics = self._op_scalars or context.keep_binary_inputs
+        # Level "none": no op scalar conditioned on 0/1 operands (only the spike counters and
+        # energy models read them, and they need level "synaptic"); the NeuroBench ones
+        # (condition "forward"), which serve its convention at any level, are still taken.
+        self._spike_scalars = context.value_statistics != "none"
         # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
         # whether its condition held (None: it did), both fetched at the next flush.
         self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
@@ -195,7 +195,7 @@ class OpLog:
         registry = context.registry
         plan = self.plans.get(id(func))
         if plan is None:
-            plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level, self._take_op_statistics)
+            plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
         seq = context.seq
         context.seq = seq + 1
         context.steps_recorded.add(context.step_index)
@@ -300,13 +300,15 @@ class OpLog:
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.context.keep_binary_inputs
         with torch.no_grad(), one_op(flags):  # what its statistics share comes from this op's operands
-            for stat in statistic_names if self._op_scalars else ():
+            for stat in statistic_names:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:
                     condition = STATISTICS[stat].condition
                     if condition == "forward":  # every call outside backward, whatever the values
                         if torch._C._current_graph_task_id() != -1:
                             continue
+                    elif not self._spike_scalars:
+                        continue
                     elif any(flag is False for flag in (flags[:1] if condition == "x_binary" else flags)):
                         continue
                     valid = None

@@ -163,8 +163,11 @@ def _input_taps(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, tra
     return taps
 
 
-def _nonzero_counts(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """_count_nonzero(t, dim), once per parameter version."""
+def _nonzero_counts(t: torch.Tensor, dim: int, binary: bool = False) -> torch.Tensor:
+    """_count_nonzero(t, dim), once per parameter version. A 0/1 t is summed instead: one
+    pass, no comparison, the same counts (exact in float32 while none can pass 2**24)."""
+    if binary and t.shape[dim] < 2**24:
+        return _per_version(t, dim, lambda v: v.sum(dim=dim, dtype=torch.float32))
     return _per_version(t, dim, lambda v: _count_nonzero(v, dim))
 
 
@@ -177,8 +180,10 @@ def _dense(w: torch.Tensor) -> bool:
 
 
 def _gemm_pairs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row
-    return (_nonzero_counts(x, -2).double() * _nonzero_counts(y, -1).double()).sum()
+    # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
+    # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS).
+    x_binary, y_binary = (*_SHARED.get("binary", ()), None, None)[:2]
+    return (_nonzero_counts(x, -2, x_binary is True).double() * _nonzero_counts(y, -1, y_binary is True).double()).sum()
 
 
 def mm_nonzero_pairs(args, out):
