@@ -12,7 +12,8 @@ analysis never reads a null statistic as "not a spike" on a trace taken at a low
   and the intermediates inside a module get none. NeuroMC (which maps any op with a spiking
   operand) and the neuron_state counter (which tests every operand of a neuron's ops) need
   ``full``.
-* ``none``: no statistics (shapes, ops and module structure only).
+* ``none``: no tensor statistics (shapes, ops and module structure), and of the per-op
+  scalars only the NeuroBench convention's (condition ``forward``), which serve it at any level.
 
 Old manifests hold a bool: True is ``full``, False is ``none``.
 """
