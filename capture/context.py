@@ -125,18 +125,16 @@ class RecordingContext:
             self._stateful_generation = tracker.generation
         snapshots = self._memory_snapshots
         for module_id, module in self._active_stateful:
-            # Inlined check of snapshot(): the memories are mostly the very objects last
-            # recorded (it runs once per op while a neuron is active).
+            # Runs once per op while a neuron is active, and its memories are mostly the very
+            # objects last recorded (map(is_) compares identities without a generator frame).
             previous, memories = snapshots.get(module_id), module._memories
             if previous is None or len(previous) != len(memories) or not all(map(is_, previous, memories.values())):
-                self.snapshot(seq, module_id, module, force=False)
+                self.snapshot(seq, module_id, module)
 
-    def snapshot(self, seq: int, module_id: int, module, force: bool) -> None:
+    def snapshot(self, seq: int, module_id: int, module) -> None:
+        """Write the neuron's memories now (as they are after a forward, or changed since)."""
         memories = module._memories
         values = tuple(memories.values())
-        previous = self._memory_snapshots.get(module_id)
-        if not force and previous is not None and len(previous) == len(values) and all(map(is_, previous, values)):
-            return  # the same objects (map(is_): no generator frame)
         rows = []
         for name, value in memories.items():
             if isinstance(value, torch.Tensor):

@@ -108,7 +108,7 @@ def scalar_arithmetic(op: str):
         if op != "aten.mul.Tensor" or not stats[1]:
             return None
         r = _unit_product(x.dtype, c)
-        if r is None or r[1] != out.dtype or r[0] - r[0] != 0:  # c overflowed the dtype: 0 * inf is nan
+        if r[1] != out.dtype or r[0] - r[0] != 0:  # c overflowed the dtype: 0 * inf is nan
             return None
         return (0, True) if r[0] == 0 or stats[0] == 0 else (stats[0], r[0] == 1)
 

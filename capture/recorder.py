@@ -372,7 +372,7 @@ class Recorder:
                 recompute=kind.startswith("forward") and context.tracker.recompute_depth > 0,
             )
             if kind == "forward_post" and module_id in context.catalog.stateful:
-                context.snapshot(seq, module_id, module, force=True)
+                context.snapshot(seq, module_id, module)
 
     def _on_tracker_underflow(self, module, tracker_name: str) -> None:
         """Where SpikingJelly's tracker would raise and abort the run (capture/tracker.py):
