@@ -5,8 +5,8 @@
 1. Step time, for the training workloads (benchmarks/workloads.py): plain; under a bare
    pass-through TorchDispatchMode (the floor of any Python dispatch mode); under spiketrace
    capture with full statistics, the same after one untimed recorded step ("steady": what a
-   recorder left on pays per step, without a trace's first-step costs), and with synaptic
-   statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
+   recorder left on pays per step, without a trace's first-step costs), the same with the
+   compiled per-op path off ("Python path": capture/native.py), and with synaptic statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
    torch.profiler(record_shapes=True) + export_chrome_trace.
    Variants are interleaved with a plain sample next to each (alternating order, rotating
    variant order, warm-up rounds, gc.collect() outside the timed region). Reported: the median
@@ -16,7 +16,8 @@
 2. Trace size: bytes on disk (all tables, zstd) per event for 20 recorded steps, and events
    per second written end to end.
 3. Tiny ops: a loop of `x = x + 1` on 16 elements under one Recorder; events/s per window of
-   100k events up to `--tiny-events`, beside a bare pass-through TorchDispatchMode.
+   100k events up to `--tiny-events`, beside a bare pass-through TorchDispatchMode and one
+   window with the compiled per-op path off.
 4. Steps a schedule does not record: the median paired ratio of the CPU time of a step under a
    Recorder whose schedule leaves it alone (skip_first beyond the run) to a plain step's, for
    a small spiking MLP (small ops: a per-op cost would show) and the workloads.
@@ -48,6 +49,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -56,7 +58,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.workloads import make, train_step  # noqa: E402
-from capture import Recorder, schedule  # noqa: E402
+from capture import Recorder, native, schedule  # noqa: E402
+from capture.fast_paths import ENVIRONMENT_VARIABLE  # noqa: E402
 
 
 class PassThrough(TorchDispatchMode):
@@ -73,6 +76,25 @@ def spikingjelly_mode():
     return DispatchCounterMode(counters, strict=False)
 
 
+# The compiled per-op path (capture/native.py), switched off for the "Python path" column.
+COMPILED_PATHS = "native_record,native_statistics"
+
+
+@contextmanager
+def python_path(slow_paths: str):
+    """SPIKETRACE_SLOW_PATHS set while a Recorder opens (it reads the switch then)."""
+    previous = os.environ.get(ENVIRONMENT_VARIABLE)
+    if slow_paths:
+        os.environ[ENVIRONMENT_VARIABLE] = slow_paths
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ENVIRONMENT_VARIABLE, None)
+        else:
+            os.environ[ENVIRONMENT_VARIABLE] = previous
+
+
 def make_variants(workload, steps: int, scratch: Path):
     net, x, target, loss_fn, opt = workload
 
@@ -80,7 +102,7 @@ def make_variants(workload, steps: int, scratch: Path):
         for _ in range(steps):
             train_step(net, x, target, loss_fn, opt)
 
-    def spiketrace_at(level: str, untimed_steps: int = 0):
+    def spiketrace_at(level: str, untimed_steps: int = 0, slow_paths: str = ""):
         def spiketrace():
             # Timed with the recorder open: opening a trace and its final flush are paid once per
             # trace (a flush per 200k events by default), not per step; the size table reports them.
@@ -88,7 +110,7 @@ def make_variants(workload, steps: int, scratch: Path):
             # (describing every parameter and buffer, first sight of every op and argument
             # structure): the steady state of a recorder left on.
             path = scratch / f"capture-{level}"
-            with Recorder(path, model=net, optimizer=opt, value_statistics=level) as recorder:
+            with python_path(slow_paths), Recorder(path, model=net, optimizer=opt, value_statistics=level) as recorder:
                 for _ in range(untimed_steps):
                     train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
                     recorder.step()
@@ -120,6 +142,7 @@ def make_variants(workload, steps: int, scratch: Path):
 
     return plain, {"pass_through": pass_through, "spiketrace": spiketrace_at("full"),
                    "spiketrace_steady": spiketrace_at("full", untimed_steps=1),
+                   "spiketrace_python": spiketrace_at("full", slow_paths=COMPILED_PATHS),
                    "spiketrace_synaptic": spiketrace_at("synaptic"), "sj_5_counters": sj_counters,
                    "torch_profiler": profiler}
 
@@ -171,7 +194,7 @@ def trace_size(name: str, steps: int, scratch: Path) -> tuple[float, float, int]
     return size / events, events / (end - start), events, 1e6 * (end - closing) / events
 
 
-def tiny_ops(total: int, window: int, scratch: Path) -> tuple[list[float], float]:
+def tiny_ops(total: int, window: int, scratch: Path) -> tuple[list[float], float, float]:
     def loop(n: int) -> float:
         x = torch.zeros(16)
         start = time.perf_counter()
@@ -188,7 +211,10 @@ def tiny_ops(total: int, window: int, scratch: Path) -> tuple[list[float], float
             elapsed = loop(window)
             rates.append(window / max(elapsed - plain, 1e-9))
     shutil.rmtree(scratch / "tiny")
-    return rates, passthrough
+    with python_path(COMPILED_PATHS), Recorder(scratch / "tiny-python"):
+        python_rate = window / max(loop(window) - plain, 1e-9)
+    shutil.rmtree(scratch / "tiny-python")
+    return rates, passthrough, python_rate
 
 
 def cpu_timed(fn, steps: int) -> float:
@@ -281,14 +307,16 @@ def main() -> None:
     names = [n for n in args.workloads.split(",") if n]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds after {args.warmup} warm-up\n")
     print("## Step time: median ms per training step, and median paired ratio to plain\n")
+    print(f"compiled per-op path (capture/native.py): {'built' if native.AVAILABLE else 'NOT BUILT'}\n")
     print("| workload | plain ms | pass-through mode ms (x) | spiketrace full ms (x) | full, steady ms (x) "
-          "| spiketrace synaptic ms (x) | SJ 5 counters ms (x) | torch.profiler ms (x) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| full, Python path ms (x) | spiketrace synaptic ms (x) | SJ 5 counters ms (x) | torch.profiler ms (x) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         result = overhead(name, args.rounds, args.warmup, args.steps_per_sample, scratch)
         ms, ratio = result["median_ms"], result["ratio"]
         cells = [f"{ms[v]:.1f} ({ratio[v]:.2f}x)" for v in ("pass_through", "spiketrace", "spiketrace_steady",
-                                                            "spiketrace_synaptic", "sj_5_counters", "torch_profiler")]
+                                                            "spiketrace_python", "spiketrace_synaptic",
+                                                            "sj_5_counters", "torch_profiler")]
         print(f"| {name} | {ms['plain']:.1f} | " + " | ".join(cells) + " |", flush=True)
     print(f"\n## Trace size and write rate ({args.size_steps} recorded steps in one trace)\n")
     print("| workload | events | bytes/event on disk | events/s end to end (compute included) | flush + close µs/event |")
@@ -309,11 +337,12 @@ def main() -> None:
     print("(RSS moves with the allocator's reuse of freed activations; the Python bytes are what the buffers hold)")
     if args.tiny_events:
         window = min(100_000, args.tiny_events)
-        rates, passthrough = tiny_ops(args.tiny_events, window, scratch)
+        rates, passthrough, python_rate = tiny_ops(args.tiny_events, window, scratch)
         print(f"\n## Tiny ops: capture-only events/s per window of {window:,} (x = x + 1, 16 elements)\n")
         print(f"bare pass-through TorchDispatchMode: {passthrough:,.0f} events/s")
         print("spiketrace, windows in order: " + ", ".join(f"{r / 1e3:,.0f}k" for r in rates))
         print(f"median {statistics.median(rates):,.0f} events/s; last/first window {rates[-1] / rates[0]:.2f}")
+        print(f"spiketrace with the compiled path off (one window): {python_rate:,.0f} events/s")
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -17,23 +17,21 @@ records.
 
 from __future__ import annotations
 
-from array import array
-
 import torch
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from capture.arguments import encode_call
-from capture.packed_bits import bits_bytes, pack_bits
 from capture.context import RecordingContext
-from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, one_op
-from capture.tensors import excluded_from_modes, has_values, immediate_stats
+from capture.native_record import native_op_recorder
+from capture.scalar_rows import OpScalars
+from capture.tensors import excluded_from_modes
 from capture.value_counts import SMALL_TENSOR
 from capture.propagation import PROPAGATION, propagated
 from capture.collectives import COLLECTIVES, collective_outputs, collective_row
 from capture.decompositions import decomposition_plan, may_decompose, run_decomposed
 from capture.tracker import in_recomputation
-from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+from schemas.statistics import OP_STATISTICS
 from schemas.statistics_levels import SYNAPTIC_LEVEL_OPERANDS
 from capture.table_buffer import BUFFER_GROUPS
 from schemas.tables import TABLES
@@ -111,9 +109,12 @@ class RecordingMode(TorchDispatchMode):
             # No exclusion guard here: our own mode is stashed while this method runs, and the
             # few ops the record runs (value statistics) take excluded_from_modes() themselves,
             # so no mode (ours or the user's) sees them.
+            ops = self.ops
             with context.lock:
-                try:
-                    self.ops.record(func, args, kwargs, out)
+                try:  # the compiled record takes the common call (-1: not its kind), else Python
+                    if known is None or not known.native or kwargs or ops.native is None \
+                            or ops.native.record(known.name, known.written_positions, args, out) < 0:
+                        ops.record(func, args, kwargs, out)
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
                     context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
         return out
@@ -130,7 +131,7 @@ class OpPlan:
     """What the per-op path needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted",
-                 "may_decompose")
+                 "may_decompose", "native")
 
     def __init__(self, func, propagation: bool = True, synaptic_level: bool = False) -> None:
         self.name = name = op_name(func)
@@ -145,6 +146,8 @@ class OpPlan:
         self.may_decompose = may_decompose(func)
         # Positional operands whose statistics the "synaptic" level takes (all: empty here).
         self.wanted = SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ()
+        # The compiled record takes its plain calls: no collective, no per-op scalars.
+        self.native = not self.collective and not self.statistics
 
 
 class OpLog:
@@ -155,8 +158,6 @@ class OpLog:
         tables = context.writer.tables
         self.events = tables["events"].columns
         self.uses = tables["event_tensors"].columns
-        self.op_stats = tables["op_stats"].columns
-        self.packed = tables["packed_inputs"].columns
         # Bound append methods in schema order: the per-op path calls them directly.
         self._event_appends = [self.events[name].append for name in _EVENT_COLUMNS]
         self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
@@ -176,19 +177,10 @@ class OpLog:
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
         self._synaptic_level = context.value_statistics == "synaptic"
-        # Level "none": no op scalar conditioned on 0/1 operands (only the spike counters and
-        # energy models read them, and they need level "synaptic"); the NeuroBench ones
-        # (condition "forward"), which serve its convention at any level, are still taken.
-        self._spike_scalars = context.value_statistics != "none"
-        # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
-        # whether its condition held (None: it did), both fetched at the next flush.
-        self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
-        self.pending_packed: list[tuple[int, torch.Tensor]] = []
-        # The both-binary check of a weight: (id, version) -> is01 on CPU, or the 0-dim bool
-        # computing it on a device; on a device, (id, shape) -> is01 as last fetched.
-        self._weight_binary: dict[tuple[int, int], bool | torch.Tensor] = {}
-        self._weight_checks: list[tuple[tuple, torch.Tensor]] = []
-        self._weight_fetched: dict[tuple, bool] = {}
+        self.scalars = OpScalars(context)  # op_stats and packed_inputs rows (capture.scalar_rows.py)
+        # The compiled record of the common call, or None (capture/native.py).
+        self.native = native_op_recorder(context, self._calls)
+        self.resolve_pending = self.scalars.resolve_pending
 
     def record(self, func, args, kwargs, out) -> None:
         context = self.context
@@ -196,6 +188,9 @@ class OpLog:
         plan = self.plans.get(id(func))
         if plan is None:
             plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
+        if plan.native and self.native is not None and not kwargs \
+                and self.native.record(plan.name, plan.written_positions, args, out) >= 0:
+            return  # a new op's first call (its plan is made here)
         seq = context.seq
         context.seq = seq + 1
         context.steps_recorded.add(context.step_index)
@@ -249,7 +244,7 @@ class OpLog:
                 if collective:
                     self._collective(seq, name, func, args, kwargs, out)
                 if plan.statistics:
-                    self._op_statistics(name, seq, args, out)
+                    self.scalars.take(name, seq, args, out)
         context.snapshot_memories(seq)
         rows = len(self._event_seqs)
         if rows % 4096 == 0 or rows >= self._flush_rows:  # what maybe_flush tests, without its call
@@ -262,136 +257,3 @@ class OpLog:
             self.context.report_failure("statistics", f"collective of {name}", exc, seq)
             return
         self.context.writer.tables["collectives"].append(seq=seq, **row)
-
-    # -- per-op scalars ----------------------------------------------------------------------
-    def _binary(self, t) -> bool | None:
-        """True/False when the operand's 0/1-ness is known now, None when it is on a device."""
-        if not isinstance(t, torch.Tensor):
-            return False
-        stats = self.context.registry.stats_of(t)
-        return None if stats is None else bool(stats[1])
-
-    def _weight_is_binary(self, w: torch.Tensor) -> bool | torch.Tensor:
-        """Is the weight 0/1? On CPU a bool, read at once. On a device (or deferred) no wait:
-        False when the last fetched check of this weight object said no (a statistic is then
-        not taken until a fetched check says yes again), else a 0-dim bool on the device, the
-        condition of a statistic taken speculatively and dropped at flush if it was False."""
-        key = (id(w), w._version)
-        known = self._weight_binary.get(key)
-        if known is None:
-            if len(self._weight_binary) > 4096:
-                self._weight_binary.clear()
-            with torch.no_grad():
-                if w.device.type == "cpu" and not self.context.defer_statistics:
-                    known = immediate_stats(w)[1]
-                else:
-                    known = ((w == 0) | (w == 1)).all()
-                    self._weight_checks.append(((id(w), tuple(w.shape)), known))
-            self._weight_binary[key] = known
-        if isinstance(known, torch.Tensor) and self._weight_fetched.get((id(w), tuple(w.shape))) is False:
-            return False
-        return known
-
-    def _op_statistics(self, name: str, seq: int, args, out) -> None:
-        operands, statistic_names = OP_STATISTICS[name]
-        tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
-        if not all(t.layout is torch.strided and has_values(t) for t in tensors):
-            return  # values that cannot be read (a freed storage): the statistics are not taken
-        flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
-        keep = self.context.keep_binary_inputs
-        with torch.no_grad(), one_op(flags):  # what its statistics share comes from this op's operands
-            for stat in statistic_names:
-                # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
-                try:
-                    condition = STATISTICS[stat].condition
-                    if condition == "forward":  # every call outside backward, whatever the values
-                        if torch._C._current_graph_task_id() != -1:
-                            continue
-                    elif not self._spike_scalars:
-                        continue
-                    elif any(flag is False for flag in (flags[:1] if condition == "x_binary" else flags)):
-                        continue
-                    valid = None
-                    if stat in EXPENSIVE and flags[-1] is None:
-                        valid = self._weight_is_binary(args[operands[-1].position])
-                        if valid is False:
-                            continue
-                        valid = valid if isinstance(valid, torch.Tensor) else None
-                    if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
-                        value = 1.0  # a 0/1 operand is ternary: no scan
-                    else:
-                        value = STATISTIC_FUNCTIONS[stat](args, out)
-                    self._append_stat(seq, stat, value, valid)
-                except Exception as exc:  # noqa: BLE001 - see the module docstring
-                    self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
-            if keep:
-                for position, flag in zip(SYNAPTIC_INPUTS[name], flags):
-                    if flag is not False:
-                        try:
-                            self._append_packed(seq, position, args[position])
-                        except Exception as exc:  # noqa: BLE001
-                            self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
-
-    def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None) -> None:
-        columns = self.op_stats
-        pending = isinstance(value, torch.Tensor) and (value.device.type != "cpu" or self.context.defer_statistics)
-        if not pending:
-            value = float(value)  # before any append: a failure here leaves no partial row
-        columns["seq"].append(seq)
-        columns["stat"].append(stat)
-        if pending:
-            self.pending_stats.append((len(columns["value"]), value, valid))
-            columns["value"].append(None)
-        else:
-            columns["value"].append(value)
-
-    def _append_packed(self, seq: int, position: int, t: torch.Tensor) -> None:
-        columns = self.packed
-        tensor_id = self.context.registry.entries[id(t)][2]
-        bits = pack_bits(t)
-        pending = bits.device.type != "cpu" or self.context.defer_statistics
-        data = None if pending else bits_bytes(bits)
-        columns["seq"].append(seq)
-        columns["tensor_id"].append(tensor_id)
-        columns["position"].append(position)
-        columns["shape"].append(t.shape)
-        if pending:
-            self.pending_packed.append((len(columns["bits"]), bits))
-        columns["bits"].append(data)
-
-    def resolve_pending(self, _writer=None) -> None:
-        """Fetch device-side op statistics, their conditions, the weight checks and packed
-        inputs, one transfer per device (a before-flush hook); drop statistics whose
-        condition did not hold."""
-        by_device: dict[torch.device, list] = {}
-        for row, value, valid in self.pending_stats:
-            by_device.setdefault(value.device, []).append((row, value, valid))
-        dropped = set()
-        with excluded_from_modes():
-            for items in by_device.values():
-                ones = items[0][1].new_ones((), dtype=torch.float64)
-                fetched = torch.stack([v.double() for _, v, _ in items] + [
-                    ones if valid is None else valid.double() for _, _, valid in items]).cpu().tolist()
-                for (row, _, _), value, holds in zip(items, fetched, fetched[len(items):]):
-                    self.op_stats["value"][row] = value
-                    if not holds:
-                        dropped.add(row)
-            if len(self._weight_fetched) > 4096:
-                self._weight_fetched.clear()
-            checks: dict[torch.device, list] = {}
-            for key, flag in self._weight_checks:
-                checks.setdefault(flag.device, []).append((key, flag))
-            for items in checks.values():
-                for (key, _), binary in zip(items, torch.stack([flag for _, flag in items]).cpu().tolist()):
-                    self._weight_fetched[key] = bool(binary)
-            for row, bits in self.pending_packed:
-                self.packed["bits"][row] = bits_bytes(bits.cpu())
-        if dropped:
-            for column in self.op_stats.values():
-                kept = [v for i, v in enumerate(column) if i not in dropped]
-                column[:] = array(column.typecode, kept) if isinstance(column, array) else kept
-        self.pending_stats.clear()
-        self.pending_packed.clear()
-        self._weight_checks.clear()
-        self._weight_binary = {k: v for k, v in self._weight_binary.items() if not isinstance(v, torch.Tensor)}
-

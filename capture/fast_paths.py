@@ -15,6 +15,10 @@ import os
 FAST_PATHS = {
     "interned_arguments": "argument JSON encoded once per (op, argument structure), not per call",
     "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/propagation.py)",
+    "native_statistics": "nnz/is01 of a CPU tensor by the compiled one-pass scan (capture/native.py), "
+                         "where the install built it",
+    "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, level full) "
+                     "in compiled code (capture/_native_record.c)",
 }
 
 ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"

@@ -53,6 +53,7 @@ from capture.process_facts import device_of, rank_and_world
 from capture.optimizers import OptimizerLog
 from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
+from capture import native
 from capture.fast_paths import enabled_fast_paths
 from capture.tensors import TensorRegistry, excluded_from_modes
 from schemas.statistics_levels import SYNAPTIC_LEVEL_HOOKS, level_of
@@ -151,6 +152,7 @@ class Recorder:
                 raise RecorderError(
                     f"model {type(self.model).__name__} is already bound to the recorder writing {other.path}"
                 )
+        fast_paths = enabled_fast_paths()
         settings = {
             "value_statistics": self.value_statistics,
             "keep_binary_inputs": self.keep_binary_inputs,
@@ -159,6 +161,10 @@ class Recorder:
             "flush_bytes": self.flush_bytes,
             "compact": self.compact,
             "schedule": describe(self.schedule),
+            # What ran the per-op work: the fast paths on (capture/fast_paths.py) and whether
+            # the compiled loops were built (capture/native.py); the trace is the same either way.
+            "fast_paths": sorted(fast_paths),
+            "native": native.AVAILABLE,
         }
         import capture
 
@@ -193,12 +199,13 @@ class Recorder:
         context = self.context = RecordingContext(
             self.writer, self.catalog, keep_binary_inputs=self.keep_binary_inputs,
             defer_statistics=self.defer_statistics, value_statistics=self.value_statistics,
-            fast_paths=enabled_fast_paths(),
+            fast_paths=fast_paths,
         )
         self.registry = context.registry = TensorRegistry(
             tables["tensors"], tables["tensor_frees"], context.peek_seq, parameter_names, self.value_statistics,
             self.defer_statistics,
             report_failure=lambda exc, seq: context.report_failure("statistics", context.current_record, exc, seq),
+            native_scan="native_statistics" in fast_paths,
         )
         self.ops = OpLog(context)
         self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 from capture.table_buffer import TableBuffer
-from capture.value_counts import immediate_stats  # a module global: tests inject failures here
+from capture.value_counts import immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 
@@ -68,7 +68,7 @@ def storage_pointer(t: torch.Tensor) -> int:
 # The buffer's physical columns: a row's form (shape, stride, storage_offset, numel, dtype,
 # element_size, device, requires_grad, is_meta, is_parameter, parameter) is one interned tuple
 # (capture/table_buffer.py BUFFER_GROUPS): the same activations recur every step.
-_ROW_COLUMNS = ("tensor_id", "uid", "version", "first_seq", "$form", "storage_ptr", "nnz", "is01")
+ROW_COLUMNS = _ROW_COLUMNS = ("tensor_id", "uid", "version", "first_seq", "$form", "storage_ptr", "nnz", "is01")
 _FORM = ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device", "requires_grad",
          "is_meta", "is_parameter", "parameter")
 
@@ -123,6 +123,7 @@ class TensorRegistry:
         value_statistics: str = "full",
         defer_statistics: bool = False,
         report_failure: Callable[[BaseException, int], None] | None = None,
+        native_scan: bool = True,
     ) -> None:
         self.rows = rows
         self.frees = frees
@@ -135,6 +136,9 @@ class TensorRegistry:
         # Keep statistics on the device until flush even on CPU: the accelerator code path,
         # selectable so tests can run it without one.
         self.defer_statistics = defer_statistics
+        # CPU statistics by the compiled one-pass scan where it was built (fast path
+        # native_statistics, capture/fast_paths.py), else by python_stats: the same numbers.
+        self.native_scan = native_scan
         # Statistics that fail are recorded as not taken (null) and reported here.
         self.report_failure = report_failure
         # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats, requires_grad]
@@ -231,10 +235,11 @@ class TensorRegistry:
         # (the per-op path holds no guard otherwise). They are not differentiable: no no_grad.
         try:
             if not self.defer_statistics and t.device.type == "cpu":
+                scan = immediate_stats if self.native_scan else python_stats
                 if type(t) in _PLAIN_TENSORS and not _dispatch_stack_depth():  # modes_would_see(), inlined
-                    return immediate_stats(t)
+                    return scan(t)
                 with excluded_from_modes():
-                    return immediate_stats(t)
+                    return scan(t)
             with excluded_from_modes():
                 nnz = torch.count_nonzero(t)
                 ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
@@ -244,11 +249,19 @@ class TensorRegistry:
                 self.report_failure(exc, seq)
             return (None, None)
 
-    def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad) -> None:
+    def kind_of(self, t: torch.Tensor) -> tuple[str, int, str]:
+        """(dtype name, element size, device string) of `t`, cached by (dtype, device)."""
         kind_key = (t.dtype, t.device)
         kind = self._kinds.get(kind_key)
         if kind is None:
             kind = self._kinds[kind_key] = (_dtype_name(t.dtype), t.element_size(), str(t.device))
+        return kind
+
+    def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad) -> None:
+        kind_key = (t.dtype, t.device)
+        kind = self._kinds.get(kind_key)
+        if kind is None:
+            kind = self.kind_of(t)
         strided = t.layout is torch.strided
         offset = t.storage_offset() if strided else 0
         stride = t.stride() if strided else ()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from capture.native import scan_stats
+
 # Below this many elements, reading the values into Python and counting beats two kernels.
 SMALL_TENSOR = 256
 
@@ -103,7 +105,15 @@ def _count_ones(t: torch.Tensor, memory=None) -> int:
 
 
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
-    """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN."""
+    """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN: the
+    compiled one-pass scan where it was built (capture/native.py), else python_stats."""
+    stats = scan_stats(t)
+    return python_stats(t) if stats is None else stats
+
+
+def python_stats(t: torch.Tensor) -> tuple[int, bool]:
+    """immediate_stats without the compiled scan: the cheapest exact pass per size in Python
+    (the slow path of the fast path `native_statistics`, capture/fast_paths.py)."""
     numel = t.numel()
     if numel <= SMALL_TENSOR:
         dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op (no dispatched op at all)

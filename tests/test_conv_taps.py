@@ -282,7 +282,7 @@ def test_deferred_both_binary_statistic_waits_on_nothing_and_keeps_only_binary_w
     # equal those read at once on CPU.
     import json
 
-    import capture.dispatch
+    import capture.scalar_rows
 
     generator = torch.Generator().manual_seed(0)
     weight = (torch.rand(4, 3, 3, 3, generator=generator) < 0.5).float()
@@ -293,7 +293,7 @@ def test_deferred_both_binary_statistic_waits_on_nothing_and_keeps_only_binary_w
     def host_read(t):
         raise AssertionError("the deferred path read a tensor on the host")
 
-    monkeypatch.setattr(capture.dispatch, "immediate_stats", host_read)
+    monkeypatch.setattr(capture.scalar_rows, "immediate_stats", host_read)
     deferred = _conv_stats(tmp_path / "deferred", weight, defer=True)
     assert json.loads((tmp_path / "deferred" / "manifest.json").read_text())["degraded"] == []
     assert deferred == immediate

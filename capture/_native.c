@@ -1,0 +1,334 @@
+/* capture._native: the compiled inner loops of the capture's per-op path.
+ *
+ * Plain CPython C API, no torch headers: it builds with the Python headers and a C compiler
+ * at install time (an optional extension: where it cannot build, capture/native.py says so
+ * and the Python paths run instead, recording the same trace).
+ *
+ * scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones)
+ *   Counts, in one pass over a CPU tensor's memory, the elements that are not zero and the
+ *   elements equal to one, comparing bit patterns: an element is zero when
+ *   (bits & zero_mask) == 0 (floats mask the sign bit out, so -0.0 is zero; NaN and the
+ *   infinities have exponent bits set, so they are not) and one when bits == one_bits (the
+ *   format's 1: 0x3f800000 for float32, 1 for integers and bool). That is exactly what
+ *   `x != 0` and `x == 1` say for every value, NaN included, without a float compare.
+ *   `strides` are in elements, any sign or zero (expanded views count each logical element).
+ *   When the first element is neither 0 nor 1 only the non-zeros are counted and `ones` is
+ *   -1 (the tensor is not 0/1 whatever the rest holds). The GIL is released while a large
+ *   tensor is scanned.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define MAX_DIMS 64
+#define RELEASE_GIL_FROM 65536 /* elements: below this the GIL round trip costs more than it frees */
+
+typedef struct {
+    int64_t nnz;
+    int64_t ones;
+} Counts;
+
+/* One contiguous-or-strided inner row of n elements, for each element width. The counts of a
+ * block are kept in integers as wide as the elements (the block is short enough that they
+ * cannot wrap), so the compiler vectorises the contiguous loop: one compare per lane. */
+#define DEFINE_ROW(NAME, TYPE, BLOCK)                                                        \
+    static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
+                     uint64_t one_bits, Counts *c) {                                          \
+        const TYPE *p = (const TYPE *)base;                                                   \
+        const TYPE mask = (TYPE)zero_mask, one = (TYPE)one_bits;                              \
+        int64_t zeros = 0, ones = 0;                                                          \
+        for (int64_t start = 0; start < n; start += (BLOCK)) {                               \
+            int64_t end = start + (BLOCK) < n ? start + (BLOCK) : n;                           \
+            TYPE block_zeros = 0, block_ones = 0;                                             \
+            if (stride == 1) {                                                                \
+                for (int64_t i = start; i < end; i++) {                                       \
+                    TYPE v = p[i];                                                            \
+                    block_zeros += (TYPE)((v & mask) == 0);                                   \
+                    block_ones += (TYPE)(v == one);                                           \
+                }                                                                             \
+            } else {                                                                          \
+                for (int64_t i = start; i < end; i++) {                                       \
+                    TYPE v = p[i * stride];                                                   \
+                    block_zeros += (TYPE)((v & mask) == 0);                                   \
+                    block_ones += (TYPE)(v == one);                                           \
+                }                                                                             \
+            }                                                                                 \
+            zeros += block_zeros;                                                             \
+            ones += block_ones;                                                               \
+        }                                                                                     \
+        c->nnz += n - zeros;                                                                  \
+        c->ones += ones;                                                                      \
+    }
+
+DEFINE_ROW(row8, uint8_t, 255)
+DEFINE_ROW(row16, uint16_t, 65535)
+DEFINE_ROW(row32, uint32_t, 1 << 30)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* 64-bit elements as two 32-bit halves (low word first): baseline x86-64 has no 64-bit
+ * vector compare, 32-bit lanes it has. Zero: no masked bit set in either half; one: both
+ * halves equal the pattern's. */
+static void row64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
+    const uint32_t *p = (const uint32_t *)base;
+    const uint32_t mask_low = (uint32_t)zero_mask, mask_high = (uint32_t)(zero_mask >> 32);
+    const uint32_t one_low = (uint32_t)one_bits, one_high = (uint32_t)(one_bits >> 32);
+    int64_t zeros = 0, ones = 0;
+    const int64_t step = 2 * stride;
+    for (int64_t start = 0; start < n; start += (int64_t)1 << 30) {
+        int64_t end = start + ((int64_t)1 << 30) < n ? start + ((int64_t)1 << 30) : n;
+        uint32_t block_zeros = 0, block_ones = 0;
+        if (stride == 1) {
+            for (int64_t i = start; i < end; i++) {
+                uint32_t low = p[2 * i], high = p[2 * i + 1];
+                block_zeros += (uint32_t)(((low & mask_low) | (high & mask_high)) == 0);
+                block_ones += (uint32_t)((low == one_low) & (high == one_high));
+            }
+        } else {
+            for (int64_t i = start; i < end; i++) {
+                uint32_t low = p[i * step], high = p[i * step + 1];
+                block_zeros += (uint32_t)(((low & mask_low) | (high & mask_high)) == 0);
+                block_ones += (uint32_t)((low == one_low) & (high == one_high));
+            }
+        }
+        zeros += block_zeros;
+        ones += block_ones;
+    }
+    c->nnz += n - zeros;
+    c->ones += ones;
+}
+#else
+DEFINE_ROW(row64, uint64_t, (int64_t)1 << 40)
+#endif
+
+/* The same rows counting only non-zero elements: for a tensor whose first element is neither
+ * 0 nor 1 (so it is not 0/1 whatever follows), one compare per element instead of two. */
+#define DEFINE_NONZERO_ROW(NAME, TYPE, BLOCK)                                                \
+    static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
+                     uint64_t one_bits, Counts *c) {                                          \
+        const TYPE *p = (const TYPE *)base;                                                   \
+        const TYPE mask = (TYPE)zero_mask;                                                    \
+        (void)one_bits;                                                                       \
+        int64_t zeros = 0;                                                                    \
+        for (int64_t start = 0; start < n; start += (BLOCK)) {                               \
+            int64_t end = start + (BLOCK) < n ? start + (BLOCK) : n;                           \
+            TYPE block_zeros = 0;                                                             \
+            if (stride == 1) {                                                                \
+                for (int64_t i = start; i < end; i++) block_zeros += (TYPE)((p[i] & mask) == 0);  \
+            } else {                                                                          \
+                for (int64_t i = start; i < end; i++) block_zeros += (TYPE)((p[i * stride] & mask) == 0); \
+            }                                                                                 \
+            zeros += block_zeros;                                                             \
+        }                                                                                     \
+        c->nnz += n - zeros;                                                                  \
+    }
+
+DEFINE_NONZERO_ROW(nonzero8, uint8_t, 255)
+DEFINE_NONZERO_ROW(nonzero16, uint16_t, 65535)
+DEFINE_NONZERO_ROW(nonzero32, uint32_t, 1 << 30)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static void nonzero64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
+    const uint32_t *p = (const uint32_t *)base; /* 32-bit halves, as row64 */
+    const uint32_t mask_low = (uint32_t)zero_mask, mask_high = (uint32_t)(zero_mask >> 32);
+    const int64_t step = 2 * stride;
+    (void)one_bits;
+    int64_t zeros = 0;
+    for (int64_t start = 0; start < n; start += (int64_t)1 << 30) {
+        int64_t end = start + ((int64_t)1 << 30) < n ? start + ((int64_t)1 << 30) : n;
+        uint32_t block_zeros = 0;
+        for (int64_t i = start; i < end; i++)
+            block_zeros += (uint32_t)(((p[i * step] & mask_low) | (p[i * step + 1] & mask_high)) == 0);
+        zeros += block_zeros;
+    }
+    c->nnz += n - zeros;
+}
+#else
+DEFINE_NONZERO_ROW(nonzero64, uint64_t, (int64_t)1 << 40)
+#endif
+
+typedef void (*RowFunction)(const char *, int64_t, int64_t, uint64_t, uint64_t, Counts *);
+
+static int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char *what) {
+    PyObject *fast = PySequence_Fast(sequence, what);
+    if (fast == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > MAX_DIMS) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions, at most %d", what, n, MAX_DIMS);
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(items[i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        out[i] = (int64_t)v;
+    }
+    *count = n;
+    Py_DECREF(fast);
+    return 0;
+}
+
+static void scan_strided(const char *base, int ndim, const int64_t *shape, const int64_t *strides,
+                         int64_t element_size, RowFunction row, uint64_t zero_mask, uint64_t one_bits,
+                         Counts *counts) {
+    if (ndim == 0) {
+        row(base, 1, 1, zero_mask, one_bits, counts);
+        return;
+    }
+    /* Visit the memory in address order: dimensions sorted by |stride|, largest outermost
+     * (the counts do not depend on the order; a transposed view then reads rows, not columns),
+     * size-1 dimensions dropped, and dimensions contiguous with the next merged into longer rows. */
+    int64_t sorted_shape[MAX_DIMS], sorted_strides[MAX_DIMS];
+    int kept = 0;
+    int64_t repeats = 1; /* a stride-0 (expanded) dimension repeats the same elements: counted once */
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (strides[d] == 0) {
+            repeats *= shape[d];
+            continue;
+        }
+        int64_t size = shape[d], stride = strides[d], magnitude = stride < 0 ? -stride : stride;
+        int at = kept++;
+        while (at > 0) {
+            int64_t before = sorted_strides[at - 1] < 0 ? -sorted_strides[at - 1] : sorted_strides[at - 1];
+            if (before >= magnitude) break;
+            sorted_shape[at] = sorted_shape[at - 1];
+            sorted_strides[at] = sorted_strides[at - 1];
+            at--;
+        }
+        sorted_shape[at] = size;
+        sorted_strides[at] = stride;
+    }
+    Counts once = {0, 0};
+    if (kept == 0) {
+        row(base, 1, 1, zero_mask, one_bits, &once);
+        counts->nnz += once.nnz * repeats;
+        counts->ones += once.ones * repeats;
+        return;
+    }
+    int64_t merged_shape[MAX_DIMS], merged_strides[MAX_DIMS];
+    int m = 0;
+    merged_shape[0] = sorted_shape[0];
+    merged_strides[0] = sorted_strides[0];
+    for (int d = 1; d < kept; d++) {
+        if (merged_strides[m] == sorted_strides[d] * sorted_shape[d]) {
+            merged_shape[m] *= sorted_shape[d];
+            merged_strides[m] = sorted_strides[d];
+        } else {
+            m++;
+            merged_shape[m] = sorted_shape[d];
+            merged_strides[m] = sorted_strides[d];
+        }
+    }
+    int dims = m + 1;
+    int64_t inner = merged_shape[dims - 1], inner_stride = merged_strides[dims - 1];
+    int64_t index[MAX_DIMS] = {0};
+    for (;;) {
+        const char *p = base;
+        for (int d = 0; d < dims - 1; d++) p += index[d] * merged_strides[d] * element_size;
+        row(p, inner, inner_stride, zero_mask, one_bits, &once);
+        int d = dims - 2;
+        while (d >= 0) {
+            if (++index[d] < merged_shape[d]) break;
+            index[d] = 0;
+            d--;
+        }
+        if (d < 0) break;
+    }
+    counts->nnz += once.nnz * repeats;
+    counts->ones += once.ones * repeats;
+}
+
+/* The counts of one tensor's memory, for capture/_native_record.c (which checked its
+ * arguments): 0, or -1 with an exception set. */
+int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_mask, uint64_t one_bits,
+                       int count_ones, int ndim, const int64_t *shape, const int64_t *strides, int64_t *nnz,
+                       int64_t *ones) {
+    RowFunction row, nonzero_row;
+    uint64_t first = 0;
+    const char *base = (const char *)address;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    switch (element_size) { /* element 0 lies at the address whatever the strides */
+        case 1: row = row8, nonzero_row = nonzero8; if (numel) first = *(const uint8_t *)base; break;
+        case 2: row = row16, nonzero_row = nonzero16; if (numel) first = *(const uint16_t *)base; break;
+        case 4: row = row32, nonzero_row = nonzero32; if (numel) first = *(const uint32_t *)base; break;
+        case 8: row = row64, nonzero_row = nonzero64; if (numel) first = *(const uint64_t *)base; break;
+        default:
+            PyErr_Format(PyExc_ValueError, "scan: element size %lld is not 1, 2, 4 or 8", (long long)element_size);
+            return -1;
+    }
+    /* A first element neither 0 nor 1 decides is01 (False): only the non-zeros are counted,
+     * and `ones` is -1, which no count of non-zeros equals. So it is when the caller asks for
+     * the non-zeros only (`count_ones` 0: a bool tensor, 0/1 by its type). */
+    int binary_possible = count_ones && (numel == 0 || (first & zero_mask) == 0 || first == one_bits);
+    RowFunction chosen = binary_possible ? row : nonzero_row;
+    Counts counts = {0, 0};
+    if (numel > 0) {
+        if (numel >= RELEASE_GIL_FROM) {
+            Py_BEGIN_ALLOW_THREADS
+            scan_strided(base, ndim, shape, strides, element_size, chosen, zero_mask, one_bits, &counts);
+            Py_END_ALLOW_THREADS
+        } else {
+            scan_strided(base, ndim, shape, strides, element_size, chosen, zero_mask, one_bits, &counts);
+        }
+    }
+    *nnz = counts.nnz;
+    *ones = binary_possible ? counts.ones : -1;
+    return 0;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    unsigned long long address, zero_mask, one_bits;
+    long long element_size;
+    int count_ones;
+    PyObject *shape_object, *strides_object;
+    if (!PyArg_ParseTuple(args, "KLKKpOO:scan", &address, &element_size, &zero_mask, &one_bits, &count_ones,
+                          &shape_object, &strides_object))
+        return NULL;
+    int64_t shape[MAX_DIMS], strides[MAX_DIMS];
+    Py_ssize_t ndim, nstrides;
+    if (read_int64s(shape_object, shape, &ndim, "scan: shape") < 0) return NULL;
+    if (read_int64s(strides_object, strides, &nstrides, "scan: strides") < 0) return NULL;
+    if (ndim != nstrides) {
+        PyErr_Format(PyExc_ValueError, "scan: %zd dimensions but %zd strides", ndim, nstrides);
+        return NULL;
+    }
+    int64_t numel = 1;
+    for (Py_ssize_t d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "scan: negative size");
+            return NULL;
+        }
+        numel *= shape[d];
+    }
+    if (numel > 0 && address == 0) {
+        PyErr_SetString(PyExc_ValueError, "scan: null address");
+        return NULL;
+    }
+    int64_t nnz, ones;
+    if (native_scan_counts((uintptr_t)address, element_size, zero_mask, one_bits, count_ones, (int)ndim, shape,
+                           strides, &nnz, &ones) < 0)
+        return NULL;
+    return Py_BuildValue("LL", (long long)nnz, (long long)ones);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones): one pass over "
+     "a CPU tensor's memory counting non-zero elements and elements equal to one, by bit pattern "
+     "(ones -1: the first element is neither 0 nor 1)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "capture._native",
+                                    "Compiled inner loops of capture's per-op path.", -1, methods};
+
+int native_add_record_type(PyObject *module); /* capture/_native_record.c */
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && native_add_record_type(m) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -1,0 +1,51 @@
+"""The compiled per-op record (capture/_native_record.c), bound to one recording.
+
+OpLog (capture/dispatch.py) hands the common call to it and records the rest itself; both
+write into the same buffers with the same registry, interning tables and counters, which
+this module passes to it as they are (the Python path's own objects, so the two paths
+interleave freely and write the same rows).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from capture import arguments, native, tensors, tracker
+
+
+def native_op_recorder(context, calls: dict):
+    """The compiled per-op record (capture/_native_record.c) bound to this recording's
+    buffers, registry and interning tables, or None where it does not apply: no extension,
+    the fast path `native_record` switched off, or a recording whose per-op work it does not
+    do (statistics kept on the device, or a level other than "full")."""
+    if not native.AVAILABLE or "native_record" not in context.fast_paths or context.defer_statistics \
+            or context.value_statistics != "full" or not context.registry.native_scan:
+        return None
+    registry = context.registry
+    events = context.writer.tables["events"].columns
+    uses = context.writer.tables["event_tensors"].columns
+    rows = registry.rows.columns
+    frees = registry.frees.columns
+    recorder = native._native.OpRecorder(
+        context=context, registry=registry,
+        event_appends=tuple(events[name].append for name in ("seq", "$call", "$context")),
+        use_appends=tuple(uses[name].append for name in ("seq", "k", "$slot", "tensor_id")),
+        row_appends=tuple(rows[name].append for name in tensors.ROW_COLUMNS),
+        entries=registry.entries, refs=registry._refs, freed=None, kinds=registry._kinds,
+        make_kind=registry.kind_of, row_kinds=registry._row_kinds, forms=registry._forms,
+        parameter_names=registry.parameter_names, interned_args=arguments._interned_args,
+        placeholders_json=arguments._placeholders_json, arg_slots=tuple(arguments._ARG_SLOTS),
+        out_slot=arguments._OUT_SLOT, out_jsons=tuple(arguments._OUT_TENSOR), tensor_marker=arguments._TENSOR,
+        float_marker=arguments._FLOAT, ints_marker=arguments._INTS, skipped=tensors._SKIPPED, calls=calls,
+        tensor_type=torch.Tensor, parameter_type=torch.nn.Parameter, strided=torch.strided,
+        bit_formats=dict(native.BIT_FORMATS), is_grad_enabled=torch.is_grad_enabled,
+        graph_task_id=torch._C._current_graph_task_id, in_recomputation=tracker.in_recomputation,
+        dispatch_depth=torch._C._len_torch_dispatch_stack, thread_index=context.thread_index,
+        scope_id=context.scope_id, storage_pointer=tensors.storage_pointer,
+        free_appends=tuple(frees[name].append for name in ("uid", "freed_seq")),
+        snapshot_memories=context.snapshot_memories, event_seqs=events["seq"], maybe_flush=context.writer.maybe_flush,
+        flush_rows=context.writer.flush_rows,
+    )
+    # Every described tensor's weakref callback, the Python path's too: the same rows, in C.
+    registry._freed = recorder.freed
+    return recorder

@@ -1,0 +1,180 @@
+"""The compiled per-op path (capture/_native.c, capture/_native_record.c, capture/native.py).
+
+Its one-pass scan must give every tensor's (nnz, is01) exactly as a Python reading of the
+values does, whatever the dtype, layout or odd value; its per-op record must write the very
+trace the Python path writes, on a training script written as users write them (in-place
+ops, views, a no_grad block, an inference_mode block, requires_grad set late); a failure
+inside it must reach the user as nothing but a `degraded` entry. tests/test_fast_paths.py
+compares the zoo's traces with each fast path off, these two included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import capture.native
+from analyze import open_trace
+from capture import Recorder
+from capture.fast_paths import ENVIRONMENT_VARIABLE
+from capture.value_counts import python_stats
+from schemas.tables import TABLES
+from tests.test_fast_paths import ORDER
+
+
+def test_the_extension_was_built():
+    # The install builds it (pyproject.toml's ext-modules); an install without a compiler
+    # falls back to Python, which a machine that means to can declare.
+    if os.environ.get("SPIKETRACE_NO_NATIVE") == "1":
+        pytest.skip("SPIKETRACE_NO_NATIVE=1: this install has no compiled path")
+    assert capture.native.AVAILABLE
+
+
+def _reference(t: torch.Tensor) -> tuple[int, bool]:
+    """nnz and is01 read off the values one by one (float() of each: NaN != 0, -0.0 == 0)."""
+    values = [complex(v) for v in t.reshape(-1).tolist()]
+    return sum(v != 0 for v in values), all(v == 0 or v == 1 for v in values)
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.uint8, torch.int8,
+          torch.int16, torch.int32, torch.int64] + [getattr(torch, n) for n in ("uint16", "uint32", "uint64")
+                                                  if hasattr(torch, n)]
+
+
+def _cases(dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    binary = (torch.rand(6, 5, 70, generator=generator) < 0.3).to(dtype)
+    cases = {
+        "binary": binary, "empty": binary[:, :0], "scalar": binary[0, 0, 0], "one element": binary[:1, :1, :1],
+        "transposed": binary.transpose(0, 2), "permuted": binary.permute(1, 2, 0), "sliced": binary[1:, ::2, 3:],
+        "expanded": binary[:, :1].expand(6, 9, 70), "flipped": binary.flip(1), "long": binary.reshape(-1),
+        "channels last": binary.reshape(3, 2, 5, 70).contiguous(memory_format=torch.channels_last),
+        "large": (torch.rand(300_000, generator=generator) < 0.1).to(dtype),  # past the GIL release
+    }
+    if dtype is not torch.bool:
+        top = 1e4 if dtype.is_floating_point else min(torch.iinfo(dtype).max, 2**62)  # torch sets no larger uint64
+        for name, value in (("two", 2), ("max", top)):
+            odd = binary.clone()
+            odd[2, 3, 4] = value
+            cases[name] = odd
+        if dtype.is_signed or dtype.is_floating_point:
+            odd = binary.clone()
+            odd[0, 0, 0] = -1
+            cases["minus one"] = odd
+    if dtype.is_floating_point:
+        for name, value in (("nan", float("nan")), ("minus zero", -0.0), ("inf", float("inf")),
+                            ("almost one", 1 - 2**-7), ("tiny", 2**-20)):
+            odd = binary.clone()
+            odd[5, 4, 69] = value
+            cases[name] = odd
+        cases["random"] = torch.randn(4, 33, generator=generator).to(dtype)
+    return cases
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_scan_counts_what_the_values_say(dtype):
+    for name, t in _cases(dtype).items():
+        expected = _reference(t)
+        assert capture.native.scan_stats(t) == expected, (dtype, name)
+        assert python_stats(t) == expected, (dtype, name)
+
+
+def test_a_bool_is_true_whatever_byte_holds_it():
+    odd = torch.tensor([0, 2, 1, 255], dtype=torch.uint8).view(torch.bool)  # bytes 2 and 255 read True
+    assert _reference(odd) == (3, True)
+    assert capture.native.scan_stats(odd) == python_stats(odd) == (3, True)
+
+
+def test_formats_the_scan_cannot_read_are_left_to_python():
+    assert capture.native.scan_stats(torch.zeros(3, dtype=torch.complex64)) is None
+    assert capture.native.scan_stats(torch._neg_view(torch.ones(3))) is None  # its memory holds 1, its values -1
+
+
+class UserNet(nn.Module):
+    """A small spiking-style net as a user writes it: in-place activations, views, a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(12, 24), nn.Linear(24, 12)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h.relu_()
+        spikes = (h > 0.2).float()
+        h = self.fc2(spikes[:, :24])
+        return (h + x).t().contiguous().t() * 0.5
+
+
+def _run(path, slow: str, monkeypatch) -> dict[str, pd.DataFrame]:
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
+    torch.manual_seed(0)
+    net = UserNet()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x = torch.rand(8, 12)
+    with Recorder(path, model=net, optimizer=optimizer) as recorder:
+        for _ in range(2):
+            optimizer.zero_grad()
+            with recorder.stage("forward"):
+                loss = F.mse_loss(net(x), torch.zeros(8, 12))
+            with recorder.stage("backward"):
+                loss.backward()
+            with recorder.stage("optimizer"):
+                optimizer.step()
+            with torch.no_grad():
+                probe = net(x[:2]).sum(1)
+            with torch.inference_mode():  # inference tensors keep no version: the Python path
+                net(x[:3]).abs_()
+            late = probe.clone()
+            late.requires_grad_()  # the same values, a new state
+            (late * 2).sum().backward()
+            recorder.step()
+        recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE)
+    tables = {"recorded natively": recorded}
+    with open_trace(path) as trace:
+        for table in TABLES:
+            frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
+            tables[table] = frame.drop(columns=["storage_ptr"], errors="ignore")  # the allocator's choice
+    return tables
+
+
+def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path, monkeypatch):
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+    native = _run(tmp_path / "native", "", monkeypatch)
+    python = _run(tmp_path / "python", "native_record", monkeypatch)
+    events = len(native["events"])
+    # Most of the events took the compiled path; the rest (tuples out, tensor lists, the
+    # optimizer's foreach ops, inference tensors, per-op scalars) the Python one.
+    assert python.pop("recorded natively") == 0 and native.pop("recorded natively") > events // 2
+    for table in TABLES:
+        pd.testing.assert_frame_equal(native[table], python[table], obj=table)
+
+
+def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypatch):
+    import capture.tensors
+
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+
+    def broken(self, t):
+        raise RuntimeError("injected failure naming a tensor kind")
+
+    monkeypatch.setattr(capture.tensors.TensorRegistry, "kind_of", broken)  # read on a kind-cache miss
+    torch.manual_seed(0)
+    net = UserNet()
+    x = torch.rand(8, 12)
+    expected = net(x)
+    with Recorder(tmp_path / "trace", model=net):
+        got = net(x)
+    assert torch.equal(got, expected)
+    manifest = json.loads((tmp_path / "trace" / "manifest.json").read_text())
+    assert manifest["settings"]["native"] is True and "native_record" in manifest["settings"]["fast_paths"]
+    dispatch = [d for d in manifest["degraded"] if d["site"] == "dispatch"]
+    assert dispatch and all("injected failure naming a tensor kind" in d["error"] for d in dispatch)
