@@ -39,6 +39,7 @@ typedef struct {
     PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
     PyObject *thread_index, *scope_id, *storage_pointer;
+    PyObject *level; /* 2 full (every state), 1 synaptic (wanted operands only), 0 none */
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
     PyObject *context_key, *context_tuple;
     long long recorded; /* events this object recorded (the rest went to the Python path) */
@@ -93,6 +94,11 @@ static int append_long(PyObject *appends, Py_ssize_t i, long long value) {
     int r = call_append(appends, i, v);
     Py_DECREF(v);
     return r;
+}
+
+/* null is -1 in the nnz and is01 columns (capture/table_buffer.py NULL_SENTINELS) */
+static int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value) {
+    return value == Py_None ? append_long(appends, i, -1) : call_append(appends, i, value);
 }
 
 static long long long_attr(PyObject *o, PyObject *name, int *failed) {
@@ -415,7 +421,8 @@ done:
 }
 
 /* Phase 1 for one distinct tensor: 1 ready, 0 leave the op to Python, -1 error. */
-static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, Py_ssize_t position) {
+static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObject *wanted_positions,
+                        Py_ssize_t position) {
     PyObject *t = f->tensor;
     if (!is_plain_tensor(self, t)) return 0;
     f->key = PyLong_FromVoidPtr(t);
@@ -433,12 +440,15 @@ static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions,
     f->requires_grad = rg == Py_True;
     Py_DECREF(rg);
     f->written = 0;
+    long level = PyLong_AsLong(self->level);
+    int take = level == 2; /* statistics of this state: every state, or a wanted operand's */
     if (position >= 0) {
         PyObject *p = PyLong_FromSsize_t(position);
         if (p == NULL) return -1;
         f->written = PySet_Contains(written_positions, p);
+        if (level == 1 && f->written >= 0) take = PySet_Contains(wanted_positions, p);
         Py_DECREF(p);
-        if (f->written < 0) return -1;
+        if (f->written < 0 || take < 0) return -1;
     }
     f->entry = PyDict_GetItemWithError(self->entries, f->key);
     if (f->entry == NULL && PyErr_Occurred()) return -1;
@@ -447,8 +457,9 @@ static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions,
     if (f->entry != NULL) {
         if (!PyList_CheckExact(f->entry) || PyList_GET_SIZE(f->entry) != 7) return 0;
         PyObject **e = ((PyListObject *)f->entry)->ob_item;
-        if (e[5] == self->skipped) return 0;
-        if (!f->written && PyLong_CheckExact(e[1]) && PyLong_AsLongLong(e[1]) == f->version) {
+        /* a state described without statistics, now wanted with them, is described again */
+        int rescan = e[5] == self->skipped && take;
+        if (!f->written && !rescan && PyLong_CheckExact(e[1]) && PyLong_AsLongLong(e[1]) == f->version) {
             int same_shape = PyObject_RichCompareBool(e[3], f->shape, Py_EQ);
             if (same_shape < 0) return -1;
             if (same_shape) {
@@ -458,11 +469,12 @@ static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions,
                     return PyErr_Occurred() ? -1 : 1;
                 }
                 /* only requires_grad changed: a new row with the statistics already taken */
-                if (!PyTuple_CheckExact(e[5])) return 0;
+                if (!PyTuple_CheckExact(e[5]) || PyTuple_GET_SIZE(e[5]) != 2) return 0;
                 f->stats = Py_NewRef(e[5]);
             }
         }
     }
+    if (f->stats == NULL && !take) f->stats = Py_NewRef(self->skipped); /* described, not scanned */
     return new_state(self, f);
 }
 
@@ -494,7 +506,7 @@ static int write_state(OpRecorder *self, Facts *f, long long seq) {
     PyObject *a = self->row_appends;
     if (append_long(a, 0, tensor_id) < 0 || append_long(a, 1, uid) < 0 || append_long(a, 2, f->version) < 0 ||
         append_long(a, 3, seq) < 0 || call_append(a, 4, f->form) < 0 || append_long(a, 5, f->storage) < 0 ||
-        call_append(a, 6, PyTuple_GET_ITEM(f->stats, 0)) < 0 || call_append(a, 7, PyTuple_GET_ITEM(f->stats, 1)) < 0)
+        append_or_null(a, 6, PyTuple_GET_ITEM(f->stats, 0)) < 0 || append_or_null(a, 7, PyTuple_GET_ITEM(f->stats, 1)) < 0)
         return -1;
     PyObject *entry = f->entry;
     if (entry == NULL) {
@@ -598,13 +610,15 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
     Py_RETURN_NONE;
 }
 
-/* record(name, written_positions, args, out) -> seq, or -1 when the Python path must record the op. */
+/* record(name, written_positions, wanted_positions, args, out) -> seq, or -1 when the Python
+ * path must record the op. */
 static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 4) {
-        PyErr_SetString(PyExc_TypeError, "record(name, written_positions, args, out)");
+    if (argc != 5) {
+        PyErr_SetString(PyExc_TypeError, "record(name, written_positions, wanted_positions, args, out)");
         return NULL;
     }
-    PyObject *name = argv[0], *written_positions = argv[1], *args = argv[2], *out = argv[3];
+    PyObject *name = argv[0], *written_positions = argv[1], *wanted_positions = argv[2], *args = argv[3],
+             *out = argv[4];
     PyObject *key = NULL, *context = NULL, *call = NULL, *result = NULL;
     Facts facts[MAX_TENSORS];
     PyObject *slots[MAX_TENSORS];
@@ -655,7 +669,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                 break;
             }
         if (facts[k].same_as >= 0) continue;
-        int ready = tensor_facts(self, &facts[k], written_positions, positions[k]);
+        int ready = tensor_facts(self, &facts[k], written_positions, wanted_positions, positions[k]);
         if (ready < 0) goto done;
         if (ready == 0) goto python;
     }
@@ -739,7 +753,7 @@ static const struct {
     FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(skipped), FIELD(calls),
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
-    FIELD(storage_pointer), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
+    FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
     FIELD(maybe_flush), FIELD(flush_rows),
 };
 #define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
@@ -814,7 +828,8 @@ static PyMethodDef OpRecorder_methods[] = {
     {"freed", (PyCFunction)OpRecorder_freed, METH_O,
      "freed(ref): the weakref callback of a described tensor (TensorRegistry._freed)"},
     {"record", (PyCFunction)(void (*)(void))OpRecorder_record, METH_FASTCALL,
-     "record(name, written_positions, args, out) -> the event's seq, or -1 where the Python path records the op"},
+     "record(name, written_positions, wanted_positions, args, out) -> the event's seq, or -1 where the Python "
+     "path records the op"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -113,7 +113,7 @@ class RecordingMode(TorchDispatchMode):
             with context.lock:
                 try:  # the compiled record takes the common call (-1: not its kind), else Python
                     if known is None or not known.native or kwargs or ops.native is None \
-                            or ops.native.record(known.name, known.written_positions, args, out) < 0:
+                            or ops.native.record(known.name, known.written_positions, known.wanted, args, out) < 0:
                         ops.record(func, args, kwargs, out)
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
                     context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
@@ -145,7 +145,7 @@ class OpPlan:
         # with no decomposition, whose per-call check is then skipped.
         self.may_decompose = may_decompose(func)
         # Positional operands whose statistics the "synaptic" level takes (all: empty here).
-        self.wanted = SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ()
+        self.wanted = frozenset(SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ())
         # The compiled record takes its plain calls: no collective, no per-op scalars.
         self.native = not self.collective and not self.statistics
 
@@ -177,7 +177,7 @@ class OpLog:
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
         self._synaptic_level = context.value_statistics == "synaptic"
-        self.scalars = OpScalars(context)  # op_stats and packed_inputs rows (capture.scalar_rows.py)
+        self.scalars = OpScalars(context)  # op_stats and packed_inputs rows (capture/scalar_rows.py)
         # The compiled record of the common call, or None (capture/native.py).
         self.native = native_op_recorder(context, self._calls)
         self.resolve_pending = self.scalars.resolve_pending
@@ -189,7 +189,7 @@ class OpLog:
         if plan is None:
             plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
         if plan.native and self.native is not None and not kwargs \
-                and self.native.record(plan.name, plan.written_positions, args, out) >= 0:
+                and self.native.record(plan.name, plan.written_positions, plan.wanted, args, out) >= 0:
             return  # a new op's first call (its plan is made here)
         seq = context.seq
         context.seq = seq + 1

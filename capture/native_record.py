@@ -17,9 +17,9 @@ def native_op_recorder(context, calls: dict):
     """The compiled per-op record (capture/_native_record.c) bound to this recording's
     buffers, registry and interning tables, or None where it does not apply: no extension,
     the fast path `native_record` switched off, or a recording whose per-op work it does not
-    do (statistics kept on the device, or a level other than "full")."""
+    do (statistics kept on the device, or taken by the Python scan)."""
     if not native.AVAILABLE or "native_record" not in context.fast_paths or context.defer_statistics \
-            or context.value_statistics != "full" or not context.registry.native_scan:
+            or not context.registry.native_scan:
         return None
     registry = context.registry
     events = context.writer.tables["events"].columns
@@ -42,6 +42,7 @@ def native_op_recorder(context, calls: dict):
         graph_task_id=torch._C._current_graph_task_id, in_recomputation=tracker.in_recomputation,
         dispatch_depth=torch._C._len_torch_dispatch_stack, thread_index=context.thread_index,
         scope_id=context.scope_id, storage_pointer=tensors.storage_pointer,
+        level={"full": 2, "synaptic": 1, "none": 0}[context.value_statistics],
         free_appends=tuple(frees[name].append for name in ("uid", "freed_seq")),
         snapshot_memories=context.snapshot_memories, event_seqs=events["seq"], maybe_flush=context.writer.maybe_flush,
         flush_rows=context.writer.flush_rows,

@@ -111,13 +111,13 @@ class UserNet(nn.Module):
         return (h + x).t().contiguous().t() * 0.5
 
 
-def _run(path, slow: str, monkeypatch) -> dict[str, pd.DataFrame]:
+def _run(path, slow: str, monkeypatch, level: str = "full") -> dict[str, pd.DataFrame]:
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
     torch.manual_seed(0)
     net = UserNet()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     x = torch.rand(8, 12)
-    with Recorder(path, model=net, optimizer=optimizer) as recorder:
+    with Recorder(path, model=net, optimizer=optimizer, value_statistics=level) as recorder:
         for _ in range(2):
             optimizer.zero_grad()
             with recorder.stage("forward"):
@@ -144,11 +144,12 @@ def _run(path, slow: str, monkeypatch) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("level", ["full", "synaptic", "none"])
+def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path, monkeypatch, level):
     if not capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
-    native = _run(tmp_path / "native", "", monkeypatch)
-    python = _run(tmp_path / "python", "native_record", monkeypatch)
+    native = _run(tmp_path / "native", "", monkeypatch, level)
+    python = _run(tmp_path / "python", "native_record", monkeypatch, level)
     events = len(native["events"])
     # Most of the events took the compiled path; the rest (tuples out, tensor lists, the
     # optimizer's foreach ops, inference tensors, per-op scalars) the Python one.
