@@ -1,7 +1,8 @@
 /* capture._native.OpRecorder: the per-op record of capture/dispatch.py's OpLog.record, in C,
  * for the ops that make up nearly every step: positional arguments that are plain CPU
  * tensors, ints, None, finite floats or lists of ints, one plain CPU tensor out, value
- * statistics at level "full" taken at once.
+ * statistics taken at once (at every level: every state, the synaptic operands, none), no
+ * collective, no per-op scalars, no user's dispatch mode underneath.
  *
  * It writes exactly the rows the Python path writes (tests/test_fast_paths.py compares the
  * traces column by column), into the same buffers, with the same registry, interning

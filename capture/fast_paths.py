@@ -17,7 +17,7 @@ FAST_PATHS = {
     "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/propagation.py)",
     "native_statistics": "nnz/is01 of a CPU tensor by the compiled one-pass scan (capture/native.py), "
                          "where the install built it",
-    "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, level full) "
+    "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
                      "in compiled code (capture/_native_record.c)",
 }
 
