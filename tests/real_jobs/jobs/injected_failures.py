@@ -47,15 +47,15 @@ def broken(name):
     return fail
 
 
-real_immediate_stats = capture.tensors.immediate_stats
+real_python_stats = capture.tensors.python_stats
 real_written_arguments = capture.dispatch.written_arguments
 real_module_id = capture.modules.ModuleCatalog.module_id
 
 
-def immediate_stats(t):
+def python_stats(t):
     if t.numel() > 1000:
-        raise Injected("injected failure in immediate_stats")
-    return real_immediate_stats(t)
+        raise Injected("injected failure in a tensor scan")
+    return real_python_stats(t)
 
 
 def written_arguments(func):
@@ -71,7 +71,8 @@ def module_id(self, module, tracker_name=None, **kwargs):
 
 
 capture.op_statistics.STATISTIC_FUNCTIONS["conv_spike_taps"] = broken("conv_spike_taps")
-capture.tensors.immediate_stats = immediate_stats
+# the scan a tensor's state takes with the compiled scan off (capture/tensors.py)
+capture.tensors.python_stats = python_stats
 capture.dispatch.written_arguments = written_arguments
 capture.modules.ModuleCatalog.module_id = module_id
 capture.optimizers._hyperparameters = broken("the optimizer hook")
