@@ -11,6 +11,11 @@
  * changed nothing, and the Python path records the op. Everything the Python path gets
  * from torch it gets the same way (attribute and method calls on the tensor objects), so it
  * needs no torch headers; what it saves is the interpreter's work between those calls.
+ *
+ * An output whose statistics follow from its operands' (capture/propagation.py) is not
+ * scanned either: a view, expand or clone takes its first operand's here; an op whose rule
+ * runs in Python (x * 1, 1 - spikes, -x, ...) goes to the Python path when its output is
+ * large enough that the scan it saves costs more than that path, and the rule can apply.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -421,9 +426,48 @@ done:
     return result;
 }
 
+/* How an op with a propagation rule (capture/propagation.py) is met, from OpPlan: */
+enum {
+    PROPAGATE_NONE = 0,        /* no rule: a new output state is scanned */
+    PROPAGATE_SAME = 1,        /* same_elements: the output holds its first operand's elements */
+    PROPAGATE_PYTHON = 2,      /* a rule the Python path applies: a large output goes there */
+    /* The arithmetic rules: as 2 where the rule can apply (capture/propagation.py arithmetic) */
+    PROPAGATE_ADD_SUB = 3,     /* x + 0, x - 0, or an all-zero tensor operand */
+    PROPAGATE_MUL = 4,         /* x * 1, or a 0/1 x times a number */
+    PROPAGATE_DIV = 5,         /* x / 1 */
+};
+/* Output elements from which an op whose rule runs in Python is sent there: its scan would
+ * cost more than the Python path does (a scan of 2**17 float32s ~25 us, the Python path ~30). */
+#define PYTHON_RULE_FROM ((int64_t)1 << 17)
+
+/* What the output may take from its operands instead of a scan: the first operand's
+ * statistics and element count (PROPAGATE_SAME), or `to_python` (the Python rule may apply). */
+typedef struct {
+    PyObject *source_stats; /* borrowed (nnz, is01), or NULL */
+    int64_t source_numel;
+    int to_python;
+} Inheritance;
+
+static int64_t shape_numel(PyObject *shape) {
+    int64_t numel = 1;
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); d++) numel *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+    return PyErr_Occurred() ? -1 : numel;
+}
+
+/* The (nnz, is01) a fact's state has, or will have once written: borrowed; NULL where not
+ * known (statistics skipped or null), as TensorRegistry.stats_of says for the Python path. */
+static PyObject *fact_stats(Facts *facts, int k) {
+    Facts *f = facts[k].same_as >= 0 ? &facts[facts[k].same_as] : &facts[k];
+    PyObject *stats = f->known ? PyList_GET_ITEM(f->entry, 5) : f->stats;
+    if (stats == NULL || !PyTuple_CheckExact(stats) || PyTuple_GET_SIZE(stats) != 2 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(stats, 0)))
+        return NULL;
+    return stats;
+}
+
 /* Phase 1 for one distinct tensor: 1 ready, 0 leave the op to Python, -1 error. */
 static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObject *wanted_positions,
-                        Py_ssize_t position) {
+                        Py_ssize_t position, const Inheritance *inherit) {
     PyObject *t = f->tensor;
     if (!is_plain_tensor(self, t)) return 0;
     f->key = PyLong_FromVoidPtr(t);
@@ -476,6 +520,26 @@ static int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions,
         }
     }
     if (f->stats == NULL && !take) f->stats = Py_NewRef(self->skipped); /* described, not scanned */
+    if (f->stats == NULL && inherit != NULL) { /* an output to scan: what its rule gives instead */
+        int64_t numel = shape_numel(f->shape);
+        if (numel < 0) return -1;
+        if (inherit->source_stats != NULL) { /* capture/propagation.py _elements, exactly */
+            PyObject *nnz = PyTuple_GET_ITEM(inherit->source_stats, 0);
+            PyObject *is01 = PyTuple_GET_ITEM(inherit->source_stats, 1);
+            if (inherit->source_numel == numel) {
+                f->stats = Py_NewRef(inherit->source_stats);
+            } else if (inherit->source_numel == 0) {
+                if (numel == 0) f->stats = Py_BuildValue("(LO)", 0LL, Py_True);
+            } else {
+                long long base = PyLong_AsLongLong(nnz);
+                if (base == -1 && PyErr_Occurred()) return -1;
+                f->stats = Py_BuildValue("(LO)", base * (numel / inherit->source_numel), is01);
+            }
+            if (f->stats == NULL && PyErr_Occurred()) return -1;
+        } else if (inherit->to_python && numel >= PYTHON_RULE_FROM) {
+            return 0;
+        }
+    }
     return new_state(self, f);
 }
 
@@ -613,13 +677,42 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
 
 /* record(name, written_positions, wanted_positions, args, out) -> seq, or -1 when the Python
  * path must record the op. */
+/* Whether capture/propagation.py's arithmetic rule can give the output's statistics (1), so
+ * a large output is worth the Python path, or cannot (0: it would be scanned there too); -1
+ * error. `k`: the output's fact, the operands' before it; `positions`: their argument positions. */
+static int arithmetic_rule_may_apply(OpRecorder *self, long propagation, PyObject *args, Facts *facts,
+                                     const Py_ssize_t *positions, int k) {
+    if (PyTuple_GET_SIZE(args) < 2) return 0;
+    PyObject *other = PyTuple_GET_ITEM(args, 1);
+    if (is_plain_tensor(self, other)) { /* two tensors: only an all-zero operand of add or sub */
+        if (propagation != PROPAGATE_ADD_SUB) return 0;
+        for (int j = 0; j < k; j++) {
+            PyObject *stats = fact_stats(facts, j);
+            if (stats != NULL && PyLong_AsLongLong(PyTuple_GET_ITEM(stats, 0)) == 0) return 1;
+        }
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    double c = PyFloat_AsDouble(other);
+    if (c == -1.0 && PyErr_Occurred()) { /* not a number this reads (a huge int): Python decides */
+        PyErr_Clear();
+        return 1;
+    }
+    if (propagation == PROPAGATE_ADD_SUB) return c == 0.0;
+    if (propagation == PROPAGATE_DIV) return c == 1.0;
+    if (c == 1.0) return 1; /* PROPAGATE_MUL: x * 1, or a 0/1 x */
+    PyObject *stats = k > 0 && positions[0] == 0 ? fact_stats(facts, 0) : NULL; /* x: the first operand */
+    return stats != NULL && PyTuple_GET_ITEM(stats, 1) == Py_True;
+}
+
 static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 5) {
-        PyErr_SetString(PyExc_TypeError, "record(name, written_positions, wanted_positions, args, out)");
+    if (argc != 6) {
+        PyErr_SetString(PyExc_TypeError, "record(name, written_positions, wanted_positions, propagation, args, out)");
         return NULL;
     }
-    PyObject *name = argv[0], *written_positions = argv[1], *wanted_positions = argv[2], *args = argv[3],
-             *out = argv[4];
+    PyObject *name = argv[0], *written_positions = argv[1], *wanted_positions = argv[2], *args = argv[4],
+             *out = argv[5];
+    long propagation = PyLong_AsLong(argv[3]);
+    if (propagation == -1 && PyErr_Occurred()) return NULL;
     PyObject *key = NULL, *context = NULL, *call = NULL, *result = NULL;
     Facts facts[MAX_TENSORS];
     PyObject *slots[MAX_TENSORS];
@@ -670,7 +763,22 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                 break;
             }
         if (facts[k].same_as >= 0) continue;
-        int ready = tensor_facts(self, &facts[k], written_positions, wanted_positions, positions[k]);
+        Inheritance inherit = {NULL, 0, 0}, *inheriting = NULL;
+        if (k == n_tensors - 1 && propagation != PROPAGATE_NONE) { /* the output, its operands read */
+            inheriting = &inherit;
+            if (propagation == PROPAGATE_SAME) {
+                if (n_tensors > 1 && positions[0] == 0 && (inherit.source_stats = fact_stats(facts, 0)) != NULL) {
+                    Facts *source = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
+                    if ((inherit.source_numel = shape_numel(source->shape)) < 0) goto done;
+                }
+            } else if (propagation == PROPAGATE_PYTHON) {
+                inherit.to_python = 1;
+            } else {
+                inherit.to_python = arithmetic_rule_may_apply(self, propagation, args, facts, positions, k);
+                if (inherit.to_python < 0) goto done;
+            }
+        }
+        int ready = tensor_facts(self, &facts[k], written_positions, wanted_positions, positions[k], inheriting);
         if (ready < 0) goto done;
         if (ready == 0) goto python;
     }

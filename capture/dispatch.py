@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from capture.arguments import encode_call
 from capture.context import RecordingContext
-from capture.native_record import native_op_recorder
+from capture.native_record import compiled_propagation, native_op_recorder
 from capture.scalar_rows import OpScalars
 from capture.tensors import excluded_from_modes
 from capture.value_counts import SMALL_TENSOR
@@ -113,7 +113,8 @@ class RecordingMode(TorchDispatchMode):
             with context.lock:
                 try:  # the compiled record takes the common call (-1: not its kind), else Python
                     if known is None or not known.native or kwargs or ops.native is None \
-                            or ops.native.record(known.name, known.written_positions, known.wanted, args, out) < 0:
+                            or ops.native.record(known.name, known.written_positions, known.wanted,
+                                                 known.native_propagation, args, out) < 0:
                         ops.record(func, args, kwargs, out)
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
                     context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
@@ -131,7 +132,7 @@ class OpPlan:
     """What the per-op path needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "collective", "written_positions", "written_names", "propagate", "statistics", "wanted",
-                 "may_decompose", "native")
+                 "may_decompose", "native", "native_propagation")
 
     def __init__(self, func, propagation: bool = True, synaptic_level: bool = False) -> None:
         self.name = name = op_name(func)
@@ -148,6 +149,7 @@ class OpPlan:
         self.wanted = frozenset(SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ())
         # The compiled record takes its plain calls: no collective, no per-op scalars.
         self.native = not self.collective and not self.statistics
+        self.native_propagation = compiled_propagation(name, self.propagate)
 
 
 class OpLog:
@@ -189,7 +191,8 @@ class OpLog:
         if plan is None:
             plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
         if plan.native and self.native is not None and not kwargs \
-                and self.native.record(plan.name, plan.written_positions, plan.wanted, args, out) >= 0:
+                and self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args,
+                                      out) >= 0:
             return  # a new op's first call (its plan is made here)
         seq = context.seq
         context.seq = seq + 1

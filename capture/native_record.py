@@ -11,6 +11,25 @@ from __future__ import annotations
 import torch
 
 from capture import arguments, native, tensors, tracker
+from capture.propagation import same_elements
+
+# How the compiled record meets an op's propagation rule (capture/propagation.py): the enum
+# of the same name in capture/_native_record.c. It applies same_elements itself (views,
+# expand, clone: the first operand's statistics); other rules run in Python, so a large
+# output, whose scan costs more than the Python path, goes there; for arithmetic only where
+# the rule can apply (x + 0, x * 1, a 0/1 x times a number, an all-zero operand of add/sub).
+PROPAGATE_NONE, PROPAGATE_SAME, PROPAGATE_PYTHON, PROPAGATE_ADD_SUB, PROPAGATE_MUL, PROPAGATE_DIV = range(6)
+ARITHMETIC_HANDLING = {"aten.add.Tensor": PROPAGATE_ADD_SUB, "aten.sub.Tensor": PROPAGATE_ADD_SUB,
+                       "aten.mul.Tensor": PROPAGATE_MUL, "aten.div.Tensor": PROPAGATE_DIV}
+
+
+def compiled_propagation(name: str, rule) -> int:
+    """The compiled record's handling of op `name` whose propagation rule is `rule` (None: none)."""
+    if rule is None:
+        return PROPAGATE_NONE
+    if rule is same_elements:
+        return PROPAGATE_SAME
+    return ARITHMETIC_HANDLING.get(name, PROPAGATE_PYTHON)
 
 
 def native_op_recorder(context, calls: dict):

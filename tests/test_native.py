@@ -179,3 +179,51 @@ def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypa
     assert manifest["settings"]["native"] is True and "native_record" in manifest["settings"]["fast_paths"]
     dispatch = [d for d in manifest["degraded"] if d["site"] == "dispatch"]
     assert dispatch and all("injected failure naming a tensor kind" in d["error"] for d in dispatch)
+
+
+def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor) -> list[torch.Tensor]:
+    """Ops with a propagation rule (capture/propagation.py) on outputs of 2**18 elements and
+    more, above the size from which the compiled record hands a Python rule's op to Python
+    (PYTHON_RULE_FROM, 2**17), and the same ops where the rule cannot apply."""
+    zeros = torch.zeros_like(x)
+    return [
+        x.view(-1), x.t(), x.detach(), row.expand(4, 512, -1), x.clone(),  # same elements, in C
+        x * 1.0, x + 0, x - 0.0, x / 1, spikes * 0.5, spikes * 3, x + zeros, zeros - x,  # Python's rule applies
+        1 - spikes, -x,
+        x * 0.5, x + 1, x / 3, x + x, spikes * spikes,  # no rule applies: scanned in C
+    ]
+
+
+def _run_large(path, slow: str, monkeypatch) -> dict:
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
+    torch.manual_seed(0)
+    x = torch.randn(512, 512)
+    x[::3] = 0
+    spikes = (torch.rand(512, 512) < 0.3).float()
+    row = spikes[:1]  # not described before the expand: its state is new in the expand's own record
+    with Recorder(path) as recorder:
+        outputs = _large_ops(x, spikes, row)
+        recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE)
+    with open_trace(path) as trace:
+        tables = {table: trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
+                  .drop(columns=["storage_ptr"], errors="ignore") for table in ("events", "event_tensors", "tensors")}
+        out_stats = trace.sql("SELECT t.nnz, t.is01 FROM event_tensors u JOIN tensors t USING (tensor_id) "
+                              "WHERE u.role = 'out' ORDER BY u.seq").values.tolist()
+    return {"tables": tables, "recorded": recorded, "out_stats": out_stats, "outputs": outputs}
+
+
+def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_record_does(tmp_path, monkeypatch):
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+    native = _run_large(tmp_path / "native", "", monkeypatch)
+    python = _run_large(tmp_path / "python", "native_record", monkeypatch)
+    for table, frame in native["tables"].items():
+        pd.testing.assert_frame_equal(frame, python["tables"][table], obj=table)
+    # Every output's statistics, read from the trace, are its values' own (counted here in Python).
+    expected = [list(python_stats(t)) for t in native["outputs"]]
+    assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
+    # The views and clone (their first operand's statistics) and the five ops no rule applies
+    # to (scanned) took the compiled path; the ten whose Python rule applies went to Python,
+    # and zeros_like too (its keyword pin_memory=False).
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 5
