@@ -675,8 +675,6 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
     Py_RETURN_NONE;
 }
 
-/* record(name, written_positions, wanted_positions, args, out) -> seq, or -1 when the Python
- * path must record the op. */
 /* Whether capture/propagation.py's arithmetic rule can give the output's statistics (1), so
  * a large output is worth the Python path, or cannot (0: it would be scanned there too); -1
  * error. `k`: the output's fact, the operands' before it; `positions`: their argument positions. */
@@ -704,6 +702,8 @@ static int arithmetic_rule_may_apply(OpRecorder *self, long propagation, PyObjec
     return stats != NULL && PyTuple_GET_ITEM(stats, 1) == Py_True;
 }
 
+/* record(name, written_positions, wanted_positions, propagation, args, out) -> seq, or -1 when
+ * the Python path must record the op (`propagation`: the enum above, OpPlan.native_propagation). */
 static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 6) {
         PyErr_SetString(PyExc_TypeError, "record(name, written_positions, wanted_positions, propagation, args, out)");
