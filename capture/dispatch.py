@@ -111,11 +111,11 @@ class RecordingMode(TorchDispatchMode):
             # so no mode (ours or the user's) sees them.
             ops = self.ops
             with context.lock:
-                try:  # the compiled record takes the common call (-1: not its kind), else Python
-                    if known is None or not known.native or kwargs or ops.native is None \
-                            or ops.native.record(known.name, known.written_positions, known.wanted,
-                                                 known.native_propagation, args, out) < 0:
-                        ops.record(func, args, kwargs, out)
+                try:  # the compiled record takes the common call, the Python one the rest
+                    if known is None:
+                        ops.record(func, args, kwargs, out)  # a new op's first call: its plan is made there
+                    elif not ops.took_natively(known, args, kwargs, out):
+                        ops.record_in_python(known, func, args, kwargs, out)
                 except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
                     context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
         return out
@@ -181,19 +181,25 @@ class OpLog:
         self._synaptic_level = context.value_statistics == "synaptic"
         self.scalars = OpScalars(context)  # op_stats and packed_inputs rows (capture/scalar_rows.py)
         # The compiled record of the common call, or None (capture/native.py).
-        self.native = native_op_recorder(context, self._calls)
+        self.native = native_op_recorder(context, self._calls, self._event_appends, self._use_appends)
         self.resolve_pending = self.scalars.resolve_pending
 
     def record(self, func, args, kwargs, out) -> None:
-        context = self.context
-        registry = context.registry
+        """One call of `func`: by the compiled record where it takes it, else in Python."""
         plan = self.plans.get(id(func))
         if plan is None:
             plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
-        if plan.native and self.native is not None and not kwargs \
-                and self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args,
-                                      out) >= 0:
-            return  # a new op's first call (its plan is made here)
+        if not self.took_natively(plan, args, kwargs, out):
+            self.record_in_python(plan, func, args, kwargs, out)
+
+    def took_natively(self, plan: OpPlan, args, kwargs, out) -> bool:
+        """Whether the compiled record took this call (it changes nothing when it does not)."""
+        return plan.native and self.native is not None and not kwargs and \
+            self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args, out) >= 0
+
+    def record_in_python(self, plan: OpPlan, func, args, kwargs, out) -> None:
+        context = self.context
+        registry = context.registry
         seq = context.seq
         context.seq = seq + 1
         context.steps_recorded.add(context.step_index)

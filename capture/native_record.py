@@ -32,23 +32,22 @@ def compiled_propagation(name: str, rule) -> int:
     return ARITHMETIC_HANDLING.get(name, PROPAGATE_PYTHON)
 
 
-def native_op_recorder(context, calls: dict):
+def native_op_recorder(context, calls: dict, event_appends, use_appends):
     """The compiled per-op record (capture/_native_record.c) bound to this recording's
     buffers, registry and interning tables, or None where it does not apply: no extension,
     the fast path `native_record` switched off, or a recording whose per-op work it does not
-    do (statistics kept on the device, or taken by the Python scan)."""
+    do (statistics kept on the device, or taken by the Python scan). `event_appends` and
+    `use_appends`: OpLog's bound appends of the events and event_tensors columns, in its order."""
     if not native.AVAILABLE or "native_record" not in context.fast_paths or context.defer_statistics \
             or not context.registry.native_scan:
         return None
     registry = context.registry
     events = context.writer.tables["events"].columns
-    uses = context.writer.tables["event_tensors"].columns
     rows = registry.rows.columns
     frees = registry.frees.columns
     recorder = native._native.OpRecorder(
         context=context, registry=registry,
-        event_appends=tuple(events[name].append for name in ("seq", "$call", "$context")),
-        use_appends=tuple(uses[name].append for name in ("seq", "k", "$slot", "tensor_id")),
+        event_appends=tuple(event_appends), use_appends=tuple(use_appends),
         row_appends=tuple(rows[name].append for name in tensors.ROW_COLUMNS),
         entries=registry.entries, refs=registry._refs, freed=None, kinds=registry._kinds,
         make_kind=registry.kind_of, row_kinds=registry._row_kinds, forms=registry._forms,
