@@ -60,3 +60,52 @@ def test_the_estimate_charges_objects_of_their_own_in_full():
         buffer.append(**{**_hook_row(i), "outputs": tuple(range(i % 7 + 1))})
     held, estimate = _held_bytes(buffer), buffer.buffered_bytes()
     assert 0.8 * held <= estimate <= 1.25 * held, (estimate, held)
+
+
+def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_unhashable():
+    # The writer converts each distinct group tuple once (by identity) and takes it per row.
+    # Rows here: shared interned tuples, equal tuples that are distinct objects, tuples with a
+    # list member (unhashable: never interned) and None members; every row must come back
+    # with exactly the values it was appended with, in order.
+    buffer = TableBuffer("tensors", TABLES["tensors"])
+    forms = [((2, 3), (3, 1), 0, 6, "float32", 4, "cpu", False, False, False, None),
+             ((4,), (1,), 2, 4, "int64", 8, "cpu", True, False, True, "fc.weight")]
+    expected = []
+    for i in range(300):
+        if i % 3 == 0:
+            form = forms[i % 2]  # shared
+        elif i % 3 == 1:
+            form = tuple(list(forms[i % 2]))  # equal, a distinct object
+        else:
+            form = ([i, 1], [1, 1], i, i, "bool", 1, "meta", False, True, False, None)  # list members
+        columns = buffer.columns
+        for name, value in (("tensor_id", i), ("uid", i // 2), ("version", 0), ("first_seq", i), ("storage_ptr", 7 * i),
+                            ("nnz", -1 if i % 5 == 0 else i), ("is01", -1 if i % 5 == 0 else i % 2)):
+            columns[name].append(value)
+        columns["$form"].append(form)
+        expected.append(form)
+    table = buffer.to_arrow()
+    assert table.num_rows == 300
+    members = buffer.groups["$form"]
+    for k, member in enumerate(members):
+        want = [list(f[k]) if isinstance(f[k], (tuple, list)) else f[k] for f in expected]
+        assert table.column(member).to_pylist() == want, member
+    assert table.column("tensor_id").to_pylist() == list(range(300))
+    assert table.column("nnz").to_pylist() == [None if i % 5 == 0 else i for i in range(300)]
+    assert buffer.field_values()["shape"] == [f[0] for f in expected]  # the tools' row-order view agrees
+
+
+def test_to_arrow_leaves_the_collector_as_it_found_it():
+    import gc
+
+    buffer = TableBuffer("module_events", TABLES["module_events"])
+    buffer.append(**_hook_row(0))
+    assert gc.isenabled()
+    buffer.to_arrow()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        buffer.to_arrow()
+        assert not gc.isenabled()  # a script that runs with it off keeps it off
+    finally:
+        gc.enable()
