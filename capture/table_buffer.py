@@ -149,21 +149,34 @@ class TableBuffer:
             fields.update({member: list(values) for member, values in zip(members, unzipped)})
         return fields
 
-    def to_arrow(self) -> pa.Table:
+    def complete_rows(self) -> int:
+        """Rows every column holds (a row being appended elsewhere is not complete yet)."""
+        return min(len(column) for column in self.columns.values())
+
+    def to_arrow(self, rows: int) -> pa.Table:
+        """The first `rows` rows (complete_rows() when the flush began) as an Arrow table.
+
+        Rows may be appended while this runs, by weakref callbacks (tensor_frees) and other
+        threads' records: they are left for the next flush, not half taken."""
         with collector_paused():
             grouped = {}
             for group, members in self.groups.items():
-                grouped.update(self._group_arrays(self.columns[group], members))
-            arrays = [grouped[f.name] if f.name in grouped else self._column_array(f) for f in self.schema]
+                grouped.update(self._group_arrays(self.columns[group][:rows], members))
+            arrays = [grouped[f.name] if f.name in grouped else self._column_array(f, rows) for f in self.schema]
             return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def _column_array(self, f: pa.Field) -> pa.Array:
+    def drop_first(self, rows: int) -> None:
+        """Forget the first `rows` rows, once they are written (in place: hot paths hold these lists)."""
+        for column in self.columns.values():
+            del column[:rows]
+
+    def _column_array(self, f: pa.Field, rows: int) -> pa.Array:
         column = self.columns[f.name]
         if not isinstance(column, array):
-            return pa.array(column, type=f.type)
-        # a copy of its buffer: the array stays resizable
+            return pa.array(column[:rows], type=f.type)
+        # a copy of its buffer (the array stays resizable), of which the first `rows` values are read
         width = {1: pa.int8(), 2: pa.int16(), 4: pa.int32()}.get(column.itemsize, pa.int64())
-        values = pa.Array.from_buffers(width, len(column), [None, pa.py_buffer(column.tobytes())])
+        values = pa.Array.from_buffers(width, rows, [None, pa.py_buffer(column.tobytes())])
         sentinel = self.sentinels.get(f.name)
         if sentinel is not None:
             values = pc.if_else(pc.equal(values, sentinel), pa.scalar(None, width), values)

@@ -266,7 +266,10 @@ class TraceWriter:
         if self.failed:
             self._drop_buffers()
             return False
-        pending = [name for name, buffer in self.tables.items() if len(buffer) or (empty_parts and not self.parts[name])]
+        # Each table's rows as this flush finds them: rows appended meanwhile (a tensor freed
+        # during the flush, another thread's op) stay buffered for the next one.
+        taken = {name: buffer.complete_rows() for name, buffer in self.tables.items()}
+        pending = [name for name in self.tables if taken[name] or (empty_parts and not self.parts[name])]
         if not pending:
             return True
         written: list[Path] = []
@@ -275,7 +278,7 @@ class TraceWriter:
         try:
             for name in pending:
                 part = layout.part_dir(self.root, name, self.rank) / layout.part_name(self.part_index)
-                path, entry = self._write_part(name, self.tables[name].to_arrow())
+                path, entry = self._write_part(name, self.tables[name].to_arrow(taken[name]))
                 written.append(path)
                 entries.append(entry)
         except Exception as exc:  # noqa: BLE001 - see module docstring
@@ -286,7 +289,7 @@ class TraceWriter:
             return False
         for name, entry in zip(pending, entries):
             self.parts[name].append(entry)
-            self.counts[name] += len(self.tables[name])
+            self.counts[name] += taken[name]
         error = self._save_manifest()
         if error is not None:
             # No manifest lists these parts: undo the flush, which also frees the space a
@@ -294,12 +297,12 @@ class TraceWriter:
             for name, path in zip(pending, written):
                 path.unlink(missing_ok=True)
                 self.parts[name].pop()
-                self.counts[name] -= len(self.tables[name])
+                self.counts[name] -= taken[name]
             self._fail(error, str(layout.manifest_path(self.root, self.rank)), report=False)
             self._drop_buffers()
             return False
         for name in pending:
-            self.tables[name].clear()
+            self.tables[name].drop_first(taken[name])
         self.part_index += 1
         return True
 

@@ -148,6 +148,40 @@ def test_flushing_writes_parts_and_keeps_every_row(tmp_path):
         assert many.sql(nnz).equals(one.sql(nnz))
 
 
+
+def test_a_tensor_freed_while_a_flush_writes_keeps_its_row_for_the_next_part(tmp_path, monkeypatch):
+    # A weakref callback appends a tensor_frees row whenever a tensor dies, also in the middle
+    # of a flush (a cyclic collection, another thread). Here a tensor dies after tensor_frees
+    # was turned into Arrow and before the flush ends: its row must reach the next part, and
+    # every part and count must agree (before, the flush counted it and then cleared it).
+    from capture import writer as writer_module
+
+    doomed = []
+    real_write_part = writer_module.TraceWriter._write_part
+
+    def write_part_then_free(self, name, table):
+        written = real_write_part(self, name, table)
+        if name == "tensor_frees" and doomed:
+            doomed.pop()  # the last reference: its frees row is appended now, mid-flush
+        return written
+
+    monkeypatch.setattr(writer_module.TraceWriter, "_write_part", write_part_then_free)
+    with Recorder(tmp_path / "t", flush_events=10**9, compact=False) as recorder:
+        kept = torch.ones(4) * 3  # described (an op's output), then freed during the flush below
+        doomed.append(kept)
+        del kept
+        recorder.writer.flush()
+        assert not doomed
+        torch.ones(2) + 1  # more rows after it
+    with open_trace(tmp_path / "t") as trace:
+        assert trace.complete and trace.validate() == []
+        frees = trace.count("tensor_frees")
+        described = int(trace.sql("SELECT count(DISTINCT uid) AS n FROM tensors")["n"][0])
+    # every tensor the ops made is gone by the close: ones(4), its product, ones(2), the sum
+    # and the wrapped scalars are each freed once, so each described uid has one frees row
+    assert frees == described
+
+
 CRASHING_SCRIPT = textwrap.dedent(
     """
     import sys, torch

@@ -38,7 +38,7 @@ def test_group_tuples_are_interned_and_unzipped_in_order():
         buffer.append(**row)
     hooks = buffer.columns["$hook"]
     assert len({id(t) for t in hooks}) == 10  # one object per distinct hook, whatever the step
-    got = buffer.to_arrow().to_pylist()
+    got = buffer.to_arrow(buffer.complete_rows()).to_pylist()
     expected = [{**row, "inputs": list(row["inputs"])} for row in rows]
     assert got == expected
 
@@ -84,7 +84,7 @@ def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_un
             columns[name].append(value)
         columns["$form"].append(form)
         expected.append(form)
-    table = buffer.to_arrow()
+    table = buffer.to_arrow(buffer.complete_rows())
     assert table.num_rows == 300
     members = buffer.groups["$form"]
     for k, member in enumerate(members):
@@ -101,11 +101,11 @@ def test_to_arrow_leaves_the_collector_as_it_found_it():
     buffer = TableBuffer("module_events", TABLES["module_events"])
     buffer.append(**_hook_row(0))
     assert gc.isenabled()
-    buffer.to_arrow()
+    buffer.to_arrow(buffer.complete_rows())
     assert gc.isenabled()
     gc.disable()
     try:
-        buffer.to_arrow()
+        buffer.to_arrow(buffer.complete_rows())
         assert not gc.isenabled()  # a script that runs with it off keeps it off
     finally:
         gc.enable()
