@@ -577,9 +577,10 @@ static int write_state(OpRecorder *self, Facts *f, long long seq) {
     if (entry == NULL) {
         PyObject *ref = PyWeakref_NewRef(f->tensor, self->freed);  /* the registry's _freed: ours, or Python's */
         if (ref == NULL) return -1;
-        PyObject *value = Py_BuildValue("(OL)", f->key, uid);
-        int r = value ? PyDict_SetItem(self->refs, ref, value) : -1;
+        PyObject *value = Py_BuildValue("(OL)", f->key, uid), *ref_id = PyLong_FromVoidPtr(ref);
+        int r = value && ref_id ? PyDict_SetItem(self->refs, ref_id, value) : -1; /* by id: see tensors.py _refs */
         Py_XDECREF(value);
+        Py_XDECREF(ref_id);
         if (r < 0) {
             Py_DECREF(ref);
             return -1;
@@ -645,13 +646,18 @@ static int after_event(OpRecorder *self, long long seq) {
 /* The weakref callback of every described tensor (TensorRegistry._freed): its uid's
  * tensor_frees row, stamped with the next seq, and its registry entry gone. */
 static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
-    PyObject *found = PyDict_GetItemWithError(self->refs, ref);
+    PyObject *ref_id = PyLong_FromVoidPtr(ref);
+    if (ref_id == NULL) return NULL;
+    PyObject *found = PyDict_GetItemWithError(self->refs, ref_id);
     if (found == NULL) {
+        Py_DECREF(ref_id);
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
     Py_INCREF(found);
-    if (PyDict_DelItem(self->refs, ref) < 0 || !PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
+    int removed = PyDict_DelItem(self->refs, ref_id);
+    Py_DECREF(ref_id);
+    if (removed < 0 || !PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
         Py_DECREF(found);
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "freed: a malformed registry entry");
         return NULL;

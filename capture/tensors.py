@@ -146,7 +146,11 @@ class TensorRegistry:
         self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
         self.next_uid = 0
         self.next_tensor_id = 0
-        self._refs: dict[weakref.ref, tuple[int, int]] = {}  # weakref -> (id, uid)
+        # id(weakref) -> (id(tensor), uid). Keyed by the weakref's id, not the weakref: hashing
+        # a weakref hashes its tensor, and Tensor.__hash__ is Python code (a frame per described
+        # tensor). The id is the weakref's alone while its entry lives: the entry holds it, and
+        # entries go only in _freed, which runs once the tensor (and then the weakref) is gone.
+        self._refs: dict[int, tuple[int, int]] = {}
         # (dtype, device) -> (dtype name, element size, device string)
         self._kinds: dict[tuple, tuple[str, int, str]] = {}
         # (dtype, device, requires_grad, is_meta, parameter name) -> the interned kind tuple
@@ -161,7 +165,7 @@ class TensorRegistry:
 
     # -- liveness ---------------------------------------------------------------------------
     def _freed(self, ref: weakref.ref) -> None:
-        key, uid = self._refs.pop(ref, (None, None))
+        key, uid = self._refs.pop(id(ref), (None, None))
         if uid is None:
             return
         frees = self.frees.columns
@@ -221,7 +225,7 @@ class TensorRegistry:
         self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
         if entry is None:
             ref = weakref.ref(t, self._freed)
-            self._refs[ref] = (key, uid)
+            self._refs[id(ref)] = (key, uid)
             entry = self.entries[key] = [uid, None, None, None, ref, None, None]
         # An argument the op mutates gets the version it will have once the op returned.
         entry[1] = version + 1 if written and version >= 0 else version
