@@ -41,6 +41,7 @@ typedef struct {
     PyObject *event_appends, *use_appends, *row_appends; /* tuples of bound append methods */
     PyObject *entries, *refs, *freed, *kinds, *make_kind, *row_kinds, *forms, *parameter_names;
     PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
+    PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
     PyObject *tensor_marker, *float_marker, *ints_marker, *skipped;
     PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
@@ -144,6 +145,55 @@ static PyObject *argument_key(OpRecorder *self, PyObject *a) {
         return key;
     }
     return NULL;
+}
+
+/* The interning key of an op's keyword arguments, a new tuple (name, value key, ...): a value
+ * is keyed with its type (True never meets 1), a float as argument_key keys it. NULL with no
+ * error set where a value is of a kind this path leaves to Python (a tensor, a list, inf). */
+static PyObject *kwargs_key(OpRecorder *self, PyObject *kwargs) {
+    Py_ssize_t position = 0, i = 0;
+    PyObject *name, *value;
+    PyObject *key = PyTuple_New(2 * PyDict_GET_SIZE(kwargs));
+    if (key == NULL) return NULL;
+    while (PyDict_Next(kwargs, &position, &name, &value)) {
+        PyTypeObject *type = Py_TYPE(value);
+        int plain = value == Py_None || type == &PyBool_Type || type == &PyLong_Type || type == &PyUnicode_Type;
+        for (Py_ssize_t t = 0; !plain && t < PyTuple_GET_SIZE(self->kwarg_types); t++)
+            plain = (PyObject *)type == PyTuple_GET_ITEM(self->kwarg_types, t); /* dtype, device, ... */
+        PyObject *item = type == &PyFloat_Type ? argument_key(self, value)
+                         : plain               ? PyTuple_Pack(2, (PyObject *)type, value)
+                                               : NULL;
+        if (item == NULL || !PyUnicode_CheckExact(name) || i + 2 > PyTuple_GET_SIZE(key)) {
+            Py_XDECREF(item);
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i++, Py_NewRef(name));
+        PyTuple_SET_ITEM(key, i++, item);
+    }
+    return key;
+}
+
+/* The JSON of an op's keyword arguments, a new reference: "{}" for none, else interned by
+ * kwargs_key (capture/arguments.py kwargs_json encodes a key's first call, as the Python path
+ * does). NULL with no error set where the Python path must record the op. */
+static PyObject *keyword_json(OpRecorder *self, PyObject *kwargs) {
+    if (!PyDict_CheckExact(kwargs)) return NULL;
+    if (PyDict_GET_SIZE(kwargs) == 0) return Py_NewRef(s_empty_kwargs);
+    PyObject *key = kwargs_key(self, kwargs);
+    if (key == NULL) return NULL;
+    PyObject *json = PyDict_GetItemWithError(self->interned_kwargs, key);
+    if (json != NULL) {
+        Py_DECREF(key);
+        return Py_NewRef(json);
+    }
+    if (!PyErr_Occurred()) {
+        if (PyDict_GET_SIZE(self->interned_kwargs) > INTERNED_LIMIT) PyDict_Clear(self->interned_kwargs);
+        json = PyObject_CallOneArg(self->kwargs_json, kwargs);
+        if (json != NULL && PyDict_SetItem(self->interned_kwargs, key, json) < 0) Py_CLEAR(json);
+    }
+    Py_DECREF(key);
+    return json;
 }
 
 /* The statistics of a new state, (nnz, is01), read now from its memory; NULL with no error
@@ -435,6 +485,9 @@ enum {
     PROPAGATE_ADD_SUB = 3,     /* x + 0, x - 0, or an all-zero tensor operand */
     PROPAGATE_MUL = 4,         /* x * 1, or a 0/1 x times a number */
     PROPAGATE_DIV = 5,         /* x / 1 */
+    /* Rules applied here, exactly as capture/propagation.py does (else the output is scanned): */
+    PROPAGATE_BINARY_CAST = 6, /* binary_cast: a 0/1 operand keeps its statistics through a cast */
+    PROPAGATE_NEGATE = 7,      /* negated: -x has x's nonzeros, and is 0/1 only when all zero */
 };
 /* Output elements from which an op whose rule runs in Python is sent there: its scan would
  * cost more than the Python path does (a scan of 2**17 float32s ~25 us, the Python path ~30). */
@@ -708,18 +761,19 @@ static int arithmetic_rule_may_apply(OpRecorder *self, long propagation, PyObjec
     return stats != NULL && PyTuple_GET_ITEM(stats, 1) == Py_True;
 }
 
-/* record(name, written_positions, wanted_positions, propagation, args, out) -> seq, or -1 when
- * the Python path must record the op (`propagation`: the enum above, OpPlan.native_propagation). */
+/* record(name, written_positions, wanted_positions, propagation, args, kwargs, out) -> seq, or -1
+ * when the Python path must record the op (`propagation`: the enum above, OpPlan.native_propagation). */
 static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 6) {
-        PyErr_SetString(PyExc_TypeError, "record(name, written_positions, wanted_positions, propagation, args, out)");
+    if (argc != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "record(name, written_positions, wanted_positions, propagation, args, kwargs, out)");
         return NULL;
     }
     PyObject *name = argv[0], *written_positions = argv[1], *wanted_positions = argv[2], *args = argv[4],
-             *out = argv[5];
+             *out = argv[6];
     long propagation = PyLong_AsLong(argv[3]);
     if (propagation == -1 && PyErr_Occurred()) return NULL;
-    PyObject *key = NULL, *context = NULL, *call = NULL, *result = NULL;
+    PyObject *key = NULL, *context = NULL, *call = NULL, *result = NULL, *kwargs_json = NULL;
     Facts facts[MAX_TENSORS];
     PyObject *slots[MAX_TENSORS];
     int n_tensors = 0, n_facts = 0;
@@ -730,6 +784,8 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
     long modes = PyLong_AsLong(depth);
     Py_DECREF(depth);
     if (modes != 0) return PyErr_Occurred() ? NULL : PyLong_FromLong(-1); /* a user's mode: guarded path */
+    kwargs_json = keyword_json(self, argv[5]); /* a new reference: the table may be cleared meanwhile */
+    if (kwargs_json == NULL) return PyErr_Occurred() ? NULL : PyLong_FromLong(-1);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     key = PyTuple_New(n);
     if (key == NULL) return NULL;
@@ -770,6 +826,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
             }
         if (facts[k].same_as >= 0) continue;
         Inheritance inherit = {NULL, 0, 0}, *inheriting = NULL;
+        PyObject *derived = NULL; /* statistics a rule computed here, owned */
         if (k == n_tensors - 1 && propagation != PROPAGATE_NONE) { /* the output, its operands read */
             inheriting = &inherit;
             if (propagation == PROPAGATE_SAME) {
@@ -779,12 +836,26 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                 }
             } else if (propagation == PROPAGATE_PYTHON) {
                 inherit.to_python = 1;
+            } else if (propagation == PROPAGATE_BINARY_CAST || propagation == PROPAGATE_NEGATE) {
+                PyObject *source = n_tensors > 1 && positions[0] == 0 ? fact_stats(facts, 0) : NULL;
+                if (source != NULL && (propagation == PROPAGATE_NEGATE || PyTuple_GET_ITEM(source, 1) == Py_True)) {
+                    Facts *operand = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
+                    if ((inherit.source_numel = shape_numel(operand->shape)) < 0) goto done;
+                    if (propagation == PROPAGATE_NEGATE) {
+                        long long nnz = PyLong_AsLongLong(PyTuple_GET_ITEM(source, 0));
+                        if (nnz == -1 && PyErr_Occurred()) goto done;
+                        if ((derived = Py_BuildValue("(LO)", nnz, nnz == 0 ? Py_True : Py_False)) == NULL) goto done;
+                        source = derived;
+                    }
+                    inherit.source_stats = source;
+                }
             } else {
                 inherit.to_python = arithmetic_rule_may_apply(self, propagation, args, facts, positions, k);
                 if (inherit.to_python < 0) goto done;
             }
         }
         int ready = tensor_facts(self, &facts[k], written_positions, wanted_positions, positions[k], inheriting);
+        Py_XDECREF(derived); /* tensor_facts took its own reference where it kept them */
         if (ready < 0) goto done;
         if (ready == 0) goto python;
     }
@@ -802,7 +873,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         Py_DECREF(args_json); /* the dict holds it */
     }
     if (n_tensors - 1 >= PyTuple_GET_SIZE(self->out_jsons)) goto python;
-    call = PyTuple_Pack(4, name, args_json, s_empty_kwargs, PyTuple_GET_ITEM(self->out_jsons, n_tensors - 1));
+    call = PyTuple_Pack(4, name, args_json, kwargs_json, PyTuple_GET_ITEM(self->out_jsons, n_tensors - 1));
     if (call == NULL) goto done;
     if (PyDict_GET_SIZE(self->calls) > INTERNED_LIMIT) PyDict_Clear(self->calls);
     PyObject *interned_call = PyDict_SetDefault(self->calls, call, call);
@@ -849,6 +920,7 @@ python:
     result = PyLong_FromLong(-1);
 done:
     clear_facts(facts, n_facts);
+    Py_XDECREF(kwargs_json);
     Py_XDECREF(call);
     Py_XDECREF(context);
     Py_XDECREF(key);
@@ -869,7 +941,7 @@ static const struct {
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
-    FIELD(maybe_flush), FIELD(flush_rows),
+    FIELD(maybe_flush), FIELD(flush_rows), FIELD(interned_kwargs), FIELD(kwargs_json), FIELD(kwarg_types),
 };
 #define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
 #define SLOT(self, i) ((PyObject **)((char *)(self) + FIELDS[i].offset))
@@ -892,19 +964,20 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
         if (own == NULL) return -1;
         Py_SETREF(self->freed, own);
     }
-    const char *tuples[] = {"event_appends", "use_appends", "row_appends", "arg_slots", "out_jsons", "free_appends"};
+    const char *tuples[] = {"event_appends", "use_appends", "row_appends", "arg_slots", "out_jsons", "free_appends",
+                            "kwarg_types"};
     PyObject *checks[] = {self->event_appends, self->use_appends, self->row_appends, self->arg_slots, self->out_jsons,
-                          self->free_appends};
-    Py_ssize_t sizes[] = {3, 4, 8, MAX_ARGS, -1, 2};
-    for (int i = 0; i < 6; i++) {
+                          self->free_appends, self->kwarg_types};
+    Py_ssize_t sizes[] = {3, 4, 8, MAX_ARGS, -1, 2, -1};
+    for (int i = 0; i < 7; i++) {
         if (!PyTuple_CheckExact(checks[i]) || (sizes[i] >= 0 && PyTuple_GET_SIZE(checks[i]) != sizes[i])) {
             PyErr_Format(PyExc_TypeError, "OpRecorder: %s must be a tuple of %zd", tuples[i], sizes[i]);
             return -1;
         }
     }
     PyObject *dicts[] = {self->entries, self->refs, self->kinds, self->row_kinds, self->forms, self->parameter_names,
-                         self->interned_args, self->calls, self->bit_formats};
-    for (int i = 0; i < 9; i++) {
+                         self->interned_args, self->calls, self->bit_formats, self->interned_kwargs};
+    for (int i = 0; i < 10; i++) {
         if (!PyDict_CheckExact(dicts[i])) {
             PyErr_SetString(PyExc_TypeError, "OpRecorder: its tables must be dicts");
             return -1;

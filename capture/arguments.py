@@ -128,6 +128,16 @@ def _placeholders_json(key: tuple) -> str:
     return _dumps(placeholders)
 
 
+# (keyword arguments' key) -> their JSON, for the compiled record (capture/_native_record.c
+# kwargs_key): keyword arguments that hold no tensor, encoded once per distinct key.
+_interned_kwargs: dict[tuple, str] = {}
+
+
+def kwargs_json(kwargs: dict) -> str:
+    """The JSON of keyword arguments holding no tensor, as encode_call writes it."""
+    return _intern(_dumps({key: _encode(v, None, "kwarg", None, key, None) for key, v in kwargs.items()}))
+
+
 def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[str, str, str, list]:
     """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order.
 

@@ -219,8 +219,8 @@ class OpLog:
 
     def took_natively(self, plan: OpPlan, args, kwargs, out) -> bool:
         """Whether the compiled record took this call (it changes nothing when it does not)."""
-        return plan.native and self.native is not None and not kwargs and \
-            self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args, out) >= 0
+        return plan.native and self.native is not None and self.native.record(
+            plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args, kwargs, out) >= 0
 
     def record_in_python(self, plan: OpPlan, func, args, kwargs, out) -> None:
         context = self.context

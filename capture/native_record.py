@@ -11,14 +11,17 @@ from __future__ import annotations
 import torch
 
 from capture import arguments, native, tensors, tracker
-from capture.propagation import same_elements
+from capture.propagation import binary_cast, negated, same_elements
 
 # How the compiled record meets an op's propagation rule (capture/propagation.py): the enum
-# of the same name in capture/_native_record.c. It applies same_elements itself (views,
-# expand, clone: the first operand's statistics); other rules run in Python, so a large
-# output, whose scan costs more than the Python path, goes there; for arithmetic only where
-# the rule can apply (x + 0, x * 1, a 0/1 x times a number, an all-zero operand of add/sub).
-PROPAGATE_NONE, PROPAGATE_SAME, PROPAGATE_PYTHON, PROPAGATE_ADD_SUB, PROPAGATE_MUL, PROPAGATE_DIV = range(6)
+# of the same name in capture/_native_record.c. It applies same_elements (views, expand,
+# clone: the first operand's statistics), binary_cast and negated itself; other rules run in
+# Python, so a large output, whose scan costs more than the Python path, goes there; for
+# arithmetic only where the rule can apply (x + 0, x * 1, a 0/1 x times a number, an
+# all-zero operand of add/sub).
+(PROPAGATE_NONE, PROPAGATE_SAME, PROPAGATE_PYTHON, PROPAGATE_ADD_SUB, PROPAGATE_MUL, PROPAGATE_DIV,
+ PROPAGATE_BINARY_CAST, PROPAGATE_NEGATE) = range(8)
+APPLIED_IN_C = {same_elements: PROPAGATE_SAME, binary_cast: PROPAGATE_BINARY_CAST, negated: PROPAGATE_NEGATE}
 ARITHMETIC_HANDLING = {"aten.add.Tensor": PROPAGATE_ADD_SUB, "aten.sub.Tensor": PROPAGATE_ADD_SUB,
                        "aten.mul.Tensor": PROPAGATE_MUL, "aten.div.Tensor": PROPAGATE_DIV}
 
@@ -27,8 +30,8 @@ def compiled_propagation(name: str, rule) -> int:
     """The compiled record's handling of op `name` whose propagation rule is `rule` (None: none)."""
     if rule is None:
         return PROPAGATE_NONE
-    if rule is same_elements:
-        return PROPAGATE_SAME
+    if rule in APPLIED_IN_C:
+        return APPLIED_IN_C[rule]
     return ARITHMETIC_HANDLING.get(name, PROPAGATE_PYTHON)
 
 
@@ -63,7 +66,8 @@ def native_op_recorder(context, calls: dict, event_appends, use_appends):
         level={"full": 2, "synaptic": 1, "none": 0}[context.value_statistics],
         free_appends=tuple(frees[name].append for name in ("uid", "freed_seq")),
         snapshot_memories=context.snapshot_memories, event_seqs=events["seq"], maybe_flush=context.writer.maybe_flush,
-        flush_rows=context.writer.flush_rows,
+        flush_rows=context.writer.flush_rows, interned_kwargs=arguments._interned_kwargs,
+        kwargs_json=arguments.kwargs_json, kwarg_types=tuple(arguments._TAGGED_TYPES),
     )
     # Every described tensor's weakref callback, the Python path's too: the same rows, in C.
     registry._freed = recorder.freed

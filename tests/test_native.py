@@ -190,7 +190,9 @@ def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor) -> list
         x.view(-1), x.t(), x.detach(), row.expand(4, 512, -1), x.clone(),  # same elements, in C
         x * 1.0, x + 0, x - 0.0, x / 1, spikes * 0.5, spikes * 3, x + zeros, zeros - x,  # Python's rule applies
         1 - spikes, -x,
+        spikes.double(), x.double(),  # a cast (keyword dtype): 0/1 spikes keep theirs in C, x is scanned
         x * 0.5, x + 1, x / 3, x + x, spikes * spikes,  # no rule applies: scanned in C
+        torch.add(x, x, alpha=2), torch.add(x, x, alpha=2.0),  # keyword alpha 2 and 2.0: two JSONs
     ]
 
 
@@ -223,7 +225,11 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     # Every output's statistics, read from the trace, are its values' own (counted here in Python).
     expected = [list(python_stats(t)) for t in native["outputs"]]
     assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
-    # The views and clone (their first operand's statistics) and the five ops no rule applies
-    # to (scanned) took the compiled path; the ten whose Python rule applies went to Python,
-    # and zeros_like too (its keyword pin_memory=False).
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 5
+    # The compiled path took: the views and clone (their first operand's statistics), -x
+    # (negated: x's nonzeros), the two casts (binary_cast for the spikes), the five ops no
+    # rule applies to and the two adds with alpha (scanned), and zeros_like (its keywords hold
+    # no tensor). The nine whose Python rule applies went to Python (from x * 1.0 to 1 - spikes).
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 1 + 2 + 5 + 2 + 1
+    kwargs = native["tables"]["events"].set_index("op")["kwargs"]
+    assert set(kwargs["aten.add.Tensor"]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
+    assert set(kwargs["aten._to_copy.default"]) == {'{"dtype":{"$dtype":"float64"}}'}
