@@ -19,6 +19,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_native_rules.h"
 #include <math.h>
 #include <stddef.h>
 #include <structmember.h>
@@ -476,19 +478,7 @@ done:
     return result;
 }
 
-/* How an op with a propagation rule (capture/propagation.py) is met, from OpPlan: */
-enum {
-    PROPAGATE_NONE = 0,        /* no rule: a new output state is scanned */
-    PROPAGATE_SAME = 1,        /* same_elements: the output holds its first operand's elements */
-    PROPAGATE_PYTHON = 2,      /* a rule the Python path applies: a large output goes there */
-    /* The arithmetic rules: as 2 where the rule can apply (capture/propagation.py arithmetic) */
-    PROPAGATE_ADD_SUB = 3,     /* x + 0, x - 0, or an all-zero tensor operand */
-    PROPAGATE_MUL = 4,         /* x * 1, or a 0/1 x times a number */
-    PROPAGATE_DIV = 5,         /* x / 1 */
-    /* Rules applied here, exactly as capture/propagation.py does (else the output is scanned): */
-    PROPAGATE_BINARY_CAST = 6, /* binary_cast: a 0/1 operand keeps its statistics through a cast */
-    PROPAGATE_NEGATE = 7,      /* negated: -x has x's nonzeros, and is 0/1 only when all zero */
-};
+/* How an op with a propagation rule is met: the PROPAGATE_ enum of capture/_native_rules.h. */
 /* Output elements from which an op whose rule runs in Python is sent there: its scan would
  * cost more than the Python path does (a scan of 2**17 float32s ~25 us, the Python path ~30). */
 #define PYTHON_RULE_FROM ((int64_t)1 << 17)
@@ -734,33 +724,6 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
     Py_RETURN_NONE;
 }
 
-/* Whether capture/propagation.py's arithmetic rule can give the output's statistics (1), so
- * a large output is worth the Python path, or cannot (0: it would be scanned there too); -1
- * error. `k`: the output's fact, the operands' before it; `positions`: their argument positions. */
-static int arithmetic_rule_may_apply(OpRecorder *self, long propagation, PyObject *args, Facts *facts,
-                                     const Py_ssize_t *positions, int k) {
-    if (PyTuple_GET_SIZE(args) < 2) return 0;
-    PyObject *other = PyTuple_GET_ITEM(args, 1);
-    if (is_plain_tensor(self, other)) { /* two tensors: only an all-zero operand of add or sub */
-        if (propagation != PROPAGATE_ADD_SUB) return 0;
-        for (int j = 0; j < k; j++) {
-            PyObject *stats = fact_stats(facts, j);
-            if (stats != NULL && PyLong_AsLongLong(PyTuple_GET_ITEM(stats, 0)) == 0) return 1;
-        }
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    double c = PyFloat_AsDouble(other);
-    if (c == -1.0 && PyErr_Occurred()) { /* not a number this reads (a huge int): Python decides */
-        PyErr_Clear();
-        return 1;
-    }
-    if (propagation == PROPAGATE_ADD_SUB) return c == 0.0;
-    if (propagation == PROPAGATE_DIV) return c == 1.0;
-    if (c == 1.0) return 1; /* PROPAGATE_MUL: x * 1, or a 0/1 x */
-    PyObject *stats = k > 0 && positions[0] == 0 ? fact_stats(facts, 0) : NULL; /* x: the first operand */
-    return stats != NULL && PyTuple_GET_ITEM(stats, 1) == Py_True;
-}
-
 /* record(name, written_positions, wanted_positions, propagation, args, kwargs, out) -> seq, or -1
  * when the Python path must record the op (`propagation`: the enum above, OpPlan.native_propagation). */
 static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
@@ -849,9 +812,32 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                     }
                     inherit.source_stats = source;
                 }
-            } else {
-                inherit.to_python = arithmetic_rule_may_apply(self, propagation, args, facts, positions, k);
-                if (inherit.to_python < 0) goto done;
+            } else { /* arithmetic and 1 - x: capture/_native_rules.c */
+                Operand x_operand, other_operand, out_operand;
+                const Operand *x = NULL, *other = NULL;
+                if (n_tensors > 1 && positions[0] == 0) {
+                    Facts *f = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
+                    x_operand = (Operand){facts[0].tensor, fact_stats(facts, 0), f->shape};
+                    x = &x_operand;
+                }
+                if (n_tensors > 2 && positions[1] == 1) {
+                    Facts *f = facts[1].same_as >= 0 ? &facts[facts[1].same_as] : &facts[1];
+                    other_operand = (Operand){facts[1].tensor, fact_stats(facts, 1), f->shape};
+                    other = &other_operand;
+                }
+                out_operand = (Operand){out, NULL, PyObject_GetAttr(out, s_shape)};
+                if (out_operand.shape == NULL) goto done;
+                int rule = arithmetic_rule((int)propagation, args, argv[5], x, other, &out_operand, &derived);
+                if (rule == RULE_APPLIES) {
+                    inherit.source_stats = derived;
+                    inherit.source_numel = shape_numel(out_operand.shape);
+                }
+                Py_DECREF(out_operand.shape);
+                if (rule < 0 || inherit.source_numel < 0) {
+                    Py_XDECREF(derived);
+                    goto done;
+                }
+                inherit.to_python = rule == RULE_UNSURE; /* the Python rule decides, for a large output */
             }
         }
         int ready = tensor_facts(self, &facts[k], written_positions, wanted_positions, positions[k], inheriting);

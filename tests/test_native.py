@@ -181,7 +181,7 @@ def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypa
     assert dispatch and all("injected failure naming a tensor kind" in d["error"] for d in dispatch)
 
 
-def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor) -> list[torch.Tensor]:
+def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: torch.Tensor) -> list[torch.Tensor]:
     """Ops with a propagation rule (capture/propagation.py) on outputs of 2**18 elements and
     more, above the size from which the compiled record hands a Python rule's op to Python
     (PYTHON_RULE_FROM, 2**17), and the same ops where the rule cannot apply."""
@@ -193,6 +193,7 @@ def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor) -> list
         spikes.double(), x.double(),  # a cast (keyword dtype): 0/1 spikes keep theirs in C, x is scanned
         x * 0.5, x + 1, x / 3, x + x, spikes * spikes,  # no rule applies: scanned in C
         torch.add(x, x, alpha=2), torch.add(x, x, alpha=2.0),  # keyword alpha 2 and 2.0: two JSONs
+        x + True, torch.rsub(spikes, 1, alpha=2), part + zeros,  # no rule: a bool, alpha 2, a broadcast
     ]
 
 
@@ -203,8 +204,9 @@ def _run_large(path, slow: str, monkeypatch) -> dict:
     x[::3] = 0
     spikes = (torch.rand(512, 512) < 0.3).float()
     row = spikes[:1]  # not described before the expand: its state is new in the expand's own record
+    part = x[1:2]  # a nonzero row, broadcast against zeros
     with Recorder(path) as recorder:
-        outputs = _large_ops(x, spikes, row)
+        outputs = _large_ops(x, spikes, row, part)
         recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
     monkeypatch.delenv(ENVIRONMENT_VARIABLE)
     with open_trace(path) as trace:
@@ -225,11 +227,14 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     # Every output's statistics, read from the trace, are its values' own (counted here in Python).
     expected = [list(python_stats(t)) for t in native["outputs"]]
     assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
-    # The compiled path took: the views and clone (their first operand's statistics), -x
-    # (negated: x's nonzeros), the two casts (binary_cast for the spikes), the five ops no
-    # rule applies to and the two adds with alpha (scanned), and zeros_like (its keywords hold
-    # no tensor). The nine whose Python rule applies went to Python (from x * 1.0 to 1 - spikes).
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 1 + 2 + 5 + 2 + 1
+    # The compiled path took: the views and clone (their first operand's statistics), the
+    # seven ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
+    # zeros - x, 1 - spikes), -x (negated), the two casts (binary_cast for the spikes), the
+    # nine ops no rule applies to that it takes (scanned) and zeros_like (its keywords hold no
+    # tensor). To Python went spikes * 0.5 and spikes * 3 (their rule rounds the product in
+    # the dtype, capture/propagation.py _unit_product, which the C code leaves to it) and
+    # x + True (a bool argument, which the compiled record's argument keys do not take).
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 7 + 1 + 2 + 9 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
     assert set(kwargs["aten.add.Tensor"]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
     assert set(kwargs["aten._to_copy.default"]) == {'{"dtype":{"$dtype":"float64"}}'}
