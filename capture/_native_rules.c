@@ -69,8 +69,13 @@ static int with_scalar(int propagation, PyObject *args, PyObject *kwargs, const 
     int identity = equals(c, propagation == PROPAGATE_MUL || propagation == PROPAGATE_DIV ? 1 : 0);
     if (identity == RULE_APPLIES) return give(stats, Py_NewRef(x->stats));
     if (identity < 0) return -1;
-    /* a 0/1 x times a number: the product's rounding in x's dtype is the Python rule's (_unit_product) */
-    return propagation == PROPAGATE_MUL && PyTuple_GET_ITEM(x->stats, 1) == Py_True ? RULE_UNSURE : RULE_NO;
+    if (propagation != PROPAGATE_MUL || PyTuple_GET_ITEM(x->stats, 1) != Py_True) return RULE_NO;
+    /* A 0/1 x times 0 (a neuron's reset to 0.0) is all zeros in every dtype that keeps x's; by
+     * any other number, the product's rounding in x's dtype (subnormals, flush-to-zero) is the
+     * Python rule's to compute (_unit_product). */
+    int zero = equals(c, 0);
+    if (zero == RULE_APPLIES) return give(stats, Py_BuildValue("(LO)", 0LL, Py_True));
+    return zero < 0 ? -1 : RULE_UNSURE;
 }
 
 /* a + b or a - b with an all-zero tensor operand (zero_operand). */

@@ -16,10 +16,10 @@ from capture.propagation import binary_cast, negated, one_minus_binary, same_ele
 # How the compiled record meets an op's propagation rule (capture/propagation.py): the enum
 # of the same name in capture/_native_rules.h. It applies same_elements (views, expand,
 # clone), binary_cast, negated, one_minus_binary and the arithmetic rules itself (x + 0,
-# x - 0, x * 1, x / 1, an all-zero operand of add or sub: capture/_native_rules.c); other
-# rules run in Python, so a large output, whose scan costs more than the Python path, goes
-# there, and so does one whose arithmetic rule reads what the C code does not (a 0/1 x times
-# a number: the product's rounding in x's dtype).
+# x - 0, x * 1, x / 1, a 0/1 x times 0, an all-zero operand of add or sub:
+# capture/_native_rules.c); other rules run in Python, so a large output, whose scan costs
+# more than the Python path, goes there, and so does one whose arithmetic rule reads what
+# the C code does not (a 0/1 x times another number: the product's rounding in x's dtype).
 (PROPAGATE_NONE, PROPAGATE_SAME, PROPAGATE_PYTHON, PROPAGATE_ADD, PROPAGATE_MUL, PROPAGATE_DIV,
  PROPAGATE_BINARY_CAST, PROPAGATE_NEGATE, PROPAGATE_SUB, PROPAGATE_ONE_MINUS) = range(10)
 APPLIED_IN_C = {same_elements: PROPAGATE_SAME, binary_cast: PROPAGATE_BINARY_CAST, negated: PROPAGATE_NEGATE,

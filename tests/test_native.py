@@ -189,6 +189,7 @@ def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: t
     return [
         x.view(-1), x.t(), x.detach(), row.expand(4, 512, -1), x.clone(),  # same elements, in C
         x * 1.0, x + 0, x - 0.0, x / 1, spikes * 0.5, spikes * 3, x + zeros, zeros - x,  # Python's rule applies
+        spikes * 0.0, spikes * -0.0,  # a 0/1 x times zero: all zeros
         1 - spikes, -x,
         spikes.double(), x.double(),  # a cast (keyword dtype): 0/1 spikes keep theirs in C, x is scanned
         x * 0.5, x + 1, x / 3, x + x, spikes * spikes,  # no rule applies: scanned in C
@@ -228,13 +229,13 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     expected = [list(python_stats(t)) for t in native["outputs"]]
     assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
     # The compiled path took: the views and clone (their first operand's statistics), the
-    # seven ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
-    # zeros - x, 1 - spikes), -x (negated), the two casts (binary_cast for the spikes), the
+    # nine ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
+    # zeros - x, 1 - spikes, spikes * 0.0 and * -0.0), -x (negated), the two casts (binary_cast for the spikes), the
     # nine ops no rule applies to that it takes (scanned) and zeros_like (its keywords hold no
     # tensor). To Python went spikes * 0.5 and spikes * 3 (their rule rounds the product in
     # the dtype, capture/propagation.py _unit_product, which the C code leaves to it) and
     # x + True (a bool argument, which the compiled record's argument keys do not take).
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 7 + 1 + 2 + 9 + 1
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 9 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
     assert set(kwargs["aten.add.Tensor"]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
     assert set(kwargs["aten._to_copy.default"]) == {'{"dtype":{"$dtype":"float64"}}'}
