@@ -60,7 +60,8 @@ typedef struct {
 static PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
     *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
     *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
-    *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful;
+    *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
+    *s_memory_snapshots, *s_memories;
 
 /* What phase 1 learnt about one distinct tensor of the call. */
 typedef struct {
@@ -651,24 +652,56 @@ static int write_state(OpRecorder *self, Facts *f, long long seq) {
     return 0;
 }
 
+/* Whether every active neuron's memories are the very objects its last snapshot holds, as
+ * RecordingContext.snapshot_memories compares them (1; 0 where one changed or is not a plain
+ * dict and tuple, which Python then looks at; -1 error). */
+static int memories_unchanged(OpRecorder *self, PyObject *active) {
+    PyObject *snapshots = PyObject_GetAttr(self->context, s_memory_snapshots);
+    if (snapshots == NULL) return -1;
+    int unchanged = PyDict_CheckExact(snapshots);
+    for (Py_ssize_t i = 0; unchanged > 0 && i < PyList_GET_SIZE(active); i++) {
+        PyObject *item = PyList_GET_ITEM(active, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            unchanged = 0;
+            break;
+        }
+        PyObject *previous = PyDict_GetItemWithError(snapshots, PyTuple_GET_ITEM(item, 0)); /* borrowed */
+        PyObject *memories = previous ? PyObject_GetAttr(PyTuple_GET_ITEM(item, 1), s_memories) : NULL;
+        if (memories == NULL) {
+            unchanged = PyErr_Occurred() ? -1 : 0;
+            break;
+        }
+        unchanged = PyDict_CheckExact(memories) && PyTuple_CheckExact(previous) &&
+                    PyTuple_GET_SIZE(previous) == PyDict_GET_SIZE(memories);
+        Py_ssize_t position = 0, k = 0;
+        PyObject *name, *value;
+        while (unchanged && PyDict_Next(memories, &position, &name, &value))
+            unchanged = value == PyTuple_GET_ITEM(previous, k++);
+        Py_DECREF(memories);
+    }
+    Py_DECREF(snapshots);
+    return unchanged;
+}
+
 /* What OpLog.record does after an event: neuron memory snapshots while a stateful neuron is
  * active (RecordingContext.snapshot_memories, called only when it has anything to look at),
  * and the writer's flush check. */
 static int after_event(OpRecorder *self, long long seq) {
     PyObject *active = PyObject_GetAttr(self->context, s_active_stateful);
     if (active == NULL) return -1;
-    int look = !PyList_CheckExact(active) || PyList_GET_SIZE(active) > 0;
-    Py_DECREF(active);
-    if (!look) {
-        PyObject *tracker = PyObject_GetAttr(self->context, s_tracker); /* built after this object */
-        PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
-        Py_XDECREF(tracker);
-        PyObject *seen = generation ? PyObject_GetAttr(self->context, s_stateful_generation) : NULL;
-        look = seen ? PyObject_RichCompareBool(generation, seen, Py_NE) : -1;
-        Py_XDECREF(seen);
-        Py_XDECREF(generation);
-        if (look < 0) return -1;
+    PyObject *tracker = PyObject_GetAttr(self->context, s_tracker); /* built after this object */
+    PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
+    Py_XDECREF(tracker);
+    PyObject *seen = generation ? PyObject_GetAttr(self->context, s_stateful_generation) : NULL;
+    int look = seen ? PyObject_RichCompareBool(generation, seen, Py_NE) : -1; /* active modules changed */
+    Py_XDECREF(seen);
+    Py_XDECREF(generation);
+    if (look == 0 && (!PyList_CheckExact(active) || PyList_GET_SIZE(active) > 0)) {
+        int unchanged = PyList_CheckExact(active) ? memories_unchanged(self, active) : 0;
+        look = unchanged < 0 ? -1 : !unchanged;
     }
+    Py_DECREF(active);
+    if (look < 0) return -1;
     if (look) {
         PyObject *r = PyObject_CallFunction(self->snapshot_memories, "L", seq);
         if (r == NULL) return -1;
@@ -1040,6 +1073,7 @@ int native_add_record_type(PyObject *module) {
         {&s_name, "name"}, {&s_phase, "phase"}, {&s_unlabeled, "unlabeled"}, {&s_empty_kwargs, "{}"},
         {&s_written_positions, "written_positions"}, {&s_generation, "generation"}, {&s_tracker, "tracker"},
         {&s_stateful_generation, "_stateful_generation"}, {&s_active_stateful, "_active_stateful"},
+        {&s_memory_snapshots, "_memory_snapshots"}, {&s_memories, "_memories"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         *strings[i].target = PyUnicode_InternFromString(strings[i].text);

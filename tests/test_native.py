@@ -239,3 +239,52 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
     assert set(kwargs["aten.add.Tensor"]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
     assert set(kwargs["aten._to_copy.default"]) == {'{"dtype":{"$dtype":"float64"}}'}
+
+
+def _user_neuron():
+    """A user's own stateful neuron (SpikingJelly's MemoryModule), single-step, written as
+    users write them: its membrane is reassigned between ops of one forward."""
+    from spikingjelly.activation_based.base import MemoryModule
+
+    class UserNeuron(MemoryModule):
+        def __init__(self):
+            super().__init__()
+            self.register_memory("v", 0.0)
+
+        def forward(self, x):
+            self.v = self.v + x  # a new memory object mid-forward: the next op's record sees it
+            spike = (self.v >= 0.5).float()
+            self.v = self.v * (1.0 - spike)
+            return spike * 2.0
+
+    return UserNeuron()
+
+
+def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, monkeypatch):
+    # RecordingContext.snapshot_memories compares an active neuron's memories with its last
+    # snapshot after every op; the compiled record compares them in C and calls it only when
+    # one changed. Both must write the same neuron_memories rows at the same seqs: in the
+    # middle of the forward (after each reassignment), not only when the module is left.
+    pytest.importorskip("spikingjelly")
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+
+    def run(path, slow):
+        monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
+        torch.manual_seed(0)
+        neuron = _user_neuron()
+        with Recorder(path, model=neuron) as recorder:
+            for _ in range(3):
+                neuron(torch.rand(4, 6))
+            recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
+        monkeypatch.delenv(ENVIRONMENT_VARIABLE)
+        with open_trace(path) as trace:
+            rows = trace.sql("SELECT seq, module_id, name, kind, tensor_id FROM neuron_memories ORDER BY seq, name")
+        return rows, recorded
+
+    native, recorded = run(tmp_path / "native", "")
+    python, _ = run(tmp_path / "python", "native_record")
+    assert recorded > 0
+    pd.testing.assert_frame_equal(native, python)
+    # per forward: the memory reassigned twice inside it, each seen at the next op
+    assert len(native) >= 2 * 3, native
