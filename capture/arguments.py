@@ -128,7 +128,7 @@ def _placeholders_json(key: tuple) -> str:
     return _dumps(placeholders)
 
 
-# (keyword arguments' key) -> their JSON, for the compiled record (capture/_native_record.c
+# (keyword arguments' key) -> their JSON, for the compiled record (capture/_native_call.c
 # kwargs_key): keyword arguments that hold no tensor, encoded once per distinct key.
 _interned_kwargs: dict[tuple, str] = {}
 

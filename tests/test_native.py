@@ -1,4 +1,4 @@
-"""The compiled per-op path (capture/_native.c, capture/_native_record.c, capture/native.py).
+"""The compiled per-op path (capture/_native.c, capture/_native_record.c and its parts, capture/native.py).
 
 Its one-pass scan must give every tensor's (nnz, is01) exactly as a Python reading of the
 values does, whatever the dtype, layout or odd value; its per-op record must write the very

@@ -1,0 +1,96 @@
+/* What the compiled per-op record's files share (capture/_native_record.c and the files it
+ * calls: _native_call.c, the parts of an event; _native_state.c, the tensor states). */
+#ifndef SPIKETRACE_NATIVE_RECORD_H
+#define SPIKETRACE_NATIVE_RECORD_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "_native_rules.h"
+#include <math.h>
+#include <stddef.h>
+#include <structmember.h>
+#include <stdint.h>
+
+/* capture/_native.c */
+int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_mask, uint64_t one_bits,
+                       int count_ones, int ndim, const int64_t *shape, const int64_t *strides, int64_t *nnz,
+                       int64_t *ones);
+
+#define MAX_TENSORS 32
+#define MAX_ARGS 32
+#define INTERNED_LIMIT 65536
+#define ROW_KINDS_LIMIT 4096
+#define FORMS_LIMIT 65536
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *context, *registry;
+    PyObject *event_appends, *use_appends, *row_appends; /* tuples of bound append methods */
+    PyObject *entries, *refs, *freed, *kinds, *make_kind, *row_kinds, *forms, *parameter_names;
+    PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
+    PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
+    PyObject *tensor_marker, *float_marker, *ints_marker, *skipped;
+    PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
+    PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
+    PyObject *thread_index, *scope_id, *storage_pointer;
+    PyObject *level; /* 2 full (every state), 1 synaptic (wanted operands only), 0 none */
+    PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
+    PyObject *context_key, *context_tuple;
+    long long recorded; /* events this object recorded (the rest went to the Python path) */
+    unsigned long thread_ident;           /* the thread whose index is cached */
+    PyObject *thread_value;               /* its index */
+    PyObject *scope_generation, *scope_value; /* the tracker generation whose scope id is cached */
+} OpRecorder;
+
+/* Attribute and method names, interned once (native_add_record_type). */
+extern PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
+    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
+    *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
+    *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
+    *s_memory_snapshots, *s_memories;
+
+/* What phase 1 learnt about one distinct tensor of the call. */
+typedef struct {
+    PyObject *tensor;       /* borrowed */
+    PyObject *key;          /* id(tensor), new reference */
+    PyObject *entry;        /* new reference (a large scan releases the GIL), or NULL */
+    PyObject *shape;        /* new reference */
+    PyObject *stats;        /* new reference: (nnz, is01) of a new state, NULL for a known one */
+    PyObject *form;         /* new reference, new states only */
+    long long version, storage;
+    int requires_grad, written, known, same_as; /* same_as: index of an earlier equal tensor, or -1 */
+    long long tensor_id;
+} Facts;
+
+/* Output elements from which an op whose rule runs in Python is sent there: its scan would
+ * cost more than the Python path does (a scan of 2**17 float32s ~25 us, the Python path ~30). */
+#define PYTHON_RULE_FROM ((int64_t)1 << 17)
+
+/* What the output may take from its operands instead of a scan: the first operand's
+ * statistics and element count (PROPAGATE_SAME), or `to_python` (the Python rule may apply). */
+typedef struct {
+    PyObject *source_stats; /* borrowed (nnz, is01), or NULL */
+    int64_t source_numel;
+    int to_python;
+} Inheritance;
+
+/* _native_call.c: the parts of an event */
+int call_append(PyObject *appends, Py_ssize_t i, PyObject *value);
+int append_long(PyObject *appends, Py_ssize_t i, long long value);
+int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value);
+long long long_attr(PyObject *o, PyObject *name, int *failed);
+PyObject *argument_key(OpRecorder *self, PyObject *a);
+PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
+int is_plain_tensor(OpRecorder *self, PyObject *a);
+PyObject *event_context(OpRecorder *self);
+
+/* _native_state.c: the tensor states */
+void clear_facts(Facts *f, int n);
+int64_t shape_numel(PyObject *shape);
+PyObject *fact_stats(Facts *facts, int k);
+int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObject *wanted_positions,
+                 Py_ssize_t position, const Inheritance *inherit);
+int write_state(OpRecorder *self, Facts *f, long long seq);
+
+#endif
