@@ -93,6 +93,9 @@ class TableBuffer:
             raise AssertionError(f"buffer groups of {name} name fields it does not have: {sorted(unknown)}")
         # null stands as this value in these array columns (appenders write it for None)
         self.sentinels = dict(NULL_SENTINELS.get(name, {}))
+        # Rows dropped from the front so far (written or discarded): a row's number since the
+        # buffer began, less this, is its index now (TensorRegistry.pending keeps numbers).
+        self.dropped = 0
         self.columns: dict[str, list | array] = {}
         for f in schema:
             if f.name not in grouped:
@@ -103,9 +106,7 @@ class TableBuffer:
         self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
 
     def clear(self) -> None:
-        # In place: hot paths keep references to these very lists.
-        for column in self.columns.values():
-            del column[:]
+        self.drop_first(len(self))
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
@@ -169,6 +170,7 @@ class TableBuffer:
         """Forget the first `rows` rows, once they are written (in place: hot paths hold these lists)."""
         for column in self.columns.values():
             del column[:rows]
+        self.dropped += rows
 
     def _column_array(self, f: pa.Field, rows: int) -> pa.Array:
         column = self.columns[f.name]

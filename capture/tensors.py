@@ -143,7 +143,9 @@ class TensorRegistry:
         self.report_failure = report_failure
         # id(tensor) -> [uid, version, tensor_id, shape, weakref, stats, requires_grad]
         self.entries: dict[int, list] = {}
-        self.pending: list[tuple[int, PendingStats]] = []  # (row index, stats) to fill at flush
+        # (row number since the buffer began, stats) to fill at flush: a row appended while a
+        # flush writes stays buffered, so its index shifts by what the flush drops (rows.dropped)
+        self.pending: list[tuple[int, PendingStats]] = []
         self.next_uid = 0
         self.next_tensor_id = 0
         # id(weakref) -> (id(tensor), uid). Keyed by the weakref's id, not the weakref: hashing
@@ -298,7 +300,7 @@ class TensorRegistry:
         a = self._append
         a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](form); a[5](storage); a[6](nnz); a[7](is01)
         if pending:
-            self.pending.append((len(self._columns[0]) - 1, stats))
+            self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
 
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""
@@ -325,11 +327,14 @@ class TensorRegistry:
                 ).cpu().tolist()
             for stats, n, o in zip(group, nnz, ones):
                 fetched[id(stats)] = (n, o if stats._ones_tensor is not None else None)
-        c = self.rows.columns
+        c, dropped = self.rows.columns, self.rows.dropped
         for row, stats in self.pending:
             if stats.nnz is None and (stats._nnz_tensor is not None or stats._source is not None):
                 stats.resolve(fetched)
+            index = row - dropped
+            if index < 0:  # its row was discarded (a failed flush drops what it buffered)
+                continue
             # null is -1 in these array columns (capture/table_buffer.py NULL_SENTINELS)
-            c["nnz"][row] = -1 if stats.nnz is None else stats.nnz
-            c["is01"][row] = -1 if stats.is01 is None else stats.is01
+            c["nnz"][index] = -1 if stats.nnz is None else stats.nnz
+            c["is01"][index] = -1 if stats.is01 is None else stats.is01
         self.pending.clear()

@@ -182,6 +182,37 @@ def test_a_tensor_freed_while_a_flush_writes_keeps_its_row_for_the_next_part(tmp
     assert frees == described
 
 
+
+def test_deferred_statistics_of_a_row_written_during_a_flush_land_on_that_row(tmp_path, monkeypatch):
+    # With statistics kept on the device until a flush (defer_statistics, the accelerator
+    # path), a tensors row remembers where its nnz goes. An op recorded while a flush writes
+    # its parts leaves its rows for the next part: its statistics must still fill its own row
+    # there, not the row that now sits at its old index.
+    from capture import writer as writer_module
+
+    made = []
+    real_write_part = writer_module.TraceWriter._write_part
+
+    def write_part_and_record(self, name, table):
+        written = real_write_part(self, name, table)
+        if name == "tensors" and not made:
+            made.append(torch.arange(12.0).reshape(3, 4) > 4.5)  # 7 nonzeros, recorded mid-flush
+        return written
+
+    monkeypatch.setattr(writer_module.TraceWriter, "_write_part", write_part_and_record)
+    with Recorder(tmp_path / "t", defer_statistics=True, flush_events=10**9, compact=False) as recorder:
+        first = torch.ones(5) * 2  # rows in the first flush
+        recorder.writer.flush()
+        last = made[0].float() * 3  # 7 nonzeros again, after the flush
+    with open_trace(tmp_path / "t") as trace:
+        assert trace.complete and trace.validate() == []
+        outputs = trace.sql("SELECT e.op, t.nnz, t.is01 FROM events e JOIN event_tensors u USING (seq) "
+                            "JOIN tensors t USING (tensor_id) WHERE u.role = 'out' ORDER BY e.seq")
+    by_op = {op: (int(nnz), bool(is01)) for op, nnz, is01 in outputs.itertuples(index=False)}
+    assert by_op["aten.gt.Scalar"] == (7, True)  # the mid-flush op's own row
+    assert by_op["aten.mul.Tensor"] == (7, False) and int(first.count_nonzero()) == 5 and float(last.sum()) == 21.0
+
+
 CRASHING_SCRIPT = textwrap.dedent(
     """
     import sys, torch
