@@ -49,6 +49,7 @@ PyObject *argument_key(OpRecorder *self, PyObject *a) {
         if (!isfinite(v)) return NULL;
         return Py_BuildValue("(OOd)", self->float_marker, a, copysign(1.0, v));
     }
+    if (PyBool_Check(a)) return PyTuple_Pack(2, self->bool_marker, a); /* True is not 1 here */
     if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
         PyObject **items = PySequence_Fast_ITEMS(a);

@@ -335,7 +335,7 @@ static const struct {
     FIELD(context), FIELD(registry), FIELD(event_appends), FIELD(use_appends), FIELD(row_appends), FIELD(entries),
     FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind), FIELD(row_kinds), FIELD(forms),
     FIELD(parameter_names), FIELD(interned_args), FIELD(placeholders_json), FIELD(arg_slots), FIELD(out_slot),
-    FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(skipped), FIELD(calls),
+    FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(skipped), FIELD(calls),
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),

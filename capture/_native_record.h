@@ -30,7 +30,7 @@ typedef struct {
     PyObject *entries, *refs, *freed, *kinds, *make_kind, *row_kinds, *forms, *parameter_names;
     PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
     PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
-    PyObject *tensor_marker, *float_marker, *ints_marker, *skipped;
+    PyObject *tensor_marker, *float_marker, *ints_marker, *bool_marker, *skipped;
     PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
     PyObject *thread_index, *scope_id, *storage_pointer;

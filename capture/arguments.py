@@ -88,6 +88,7 @@ class _TensorSlot:
 _TENSOR = _TensorSlot()
 _FLOAT = _TensorSlot()  # heads a finite float's key: (_FLOAT, value, sign)
 _INTS = _TensorSlot()  # heads a list or tuple of ints' key: (_INTS, *items)
+_BOOL = _TensorSlot()  # heads a bool's key: (_BOOL, value), so True never meets 1 (equal as keys)
 _TENSORS = _TensorSlot()  # heads a list of tensors' key: (_TENSORS, length)
 _SEQUENCES = (list, tuple)  # both are JSON lists, as the dispatcher treats them alike
 _copysign = math.copysign
@@ -117,6 +118,8 @@ def _placeholders_json(key: tuple) -> str:
             placeholders.append({"$t": k})
             k += 1
         elif type(value) is tuple and value[0] is _FLOAT:
+            placeholders.append(value[1])
+        elif type(value) is tuple and value[0] is _BOOL:
             placeholders.append(value[1])
         elif type(value) is tuple and value[0] is _INTS:
             placeholders.append(list(value[1:]))
@@ -157,6 +160,8 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
                 key.append((_FLOAT, a, _copysign(1.0, a)))  # the sign keeps -0.0 apart from 0.0
             elif type(a) in _SEQUENCES and all(type(e) is int for e in a):
                 key.append((_INTS, *a))
+            elif type(a) is bool:  # keepdim, half_to_float, ...
+                key.append((_BOOL, a))
             elif type(a) in _SEQUENCES and a and all(isinstance(e, torch.Tensor) for e in a):  # cat, stack
                 tensors.extend((e, use_slot("arg", i, None, item)) for item, e in enumerate(a))
                 key.append((_TENSORS, len(a)))

@@ -195,6 +195,7 @@ def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: t
         x * 0.5, x + 1, x / 3, x + x, spikes * spikes,  # no rule applies: scanned in C
         torch.add(x, x, alpha=2), torch.add(x, x, alpha=2.0),  # keyword alpha 2 and 2.0: two JSONs
         x + True, torch.rsub(spikes, 1, alpha=2), part + zeros,  # no rule: a bool, alpha 2, a broadcast
+        x.sum(1, keepdim=True), x.sum(1), torch.softmax(x, 1),  # a bool argument (keepdim, half_to_float)
     ]
 
 
@@ -230,15 +231,19 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
     # The compiled path took: the views and clone (their first operand's statistics), the
     # nine ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
-    # zeros - x, 1 - spikes, spikes * 0.0 and * -0.0), -x (negated), the two casts (binary_cast for the spikes), the
-    # nine ops no rule applies to that it takes (scanned) and zeros_like (its keywords hold no
-    # tensor). To Python went spikes * 0.5 and spikes * 3 (their rule rounds the product in
-    # the dtype, capture/propagation.py _unit_product, which the C code leaves to it) and
-    # x + True (a bool argument, which the compiled record's argument keys do not take).
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 9 + 1
+    # zeros - x, 1 - spikes, spikes * 0.0 and * -0.0), -x (negated), the two casts
+    # (binary_cast for the spikes), the ten ops no rule applies to (scanned; x + True's bool
+    # keyed apart from the int 1), the two sums and the softmax (a bool argument or none) and
+    # zeros_like (its keywords hold no tensor). To Python went spikes * 0.5 and spikes * 3:
+    # their rule rounds the product in the dtype (capture/propagation.py _unit_product),
+    # which the C code leaves to it.
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 10 + 3 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
-    assert set(kwargs["aten.add.Tensor"]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
-    assert set(kwargs["aten._to_copy.default"]) == {'{"dtype":{"$dtype":"float64"}}'}
+    assert set(kwargs.loc[["aten.add.Tensor"]]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
+    assert set(kwargs.loc[["aten._to_copy.default"]]) == {'{"dtype":{"$dtype":"float64"}}'}
+    args = native["tables"]["events"].set_index("op")["args"]
+    assert set(args.loc[["aten.sum.dim_IntList"]]) == {'[{"$t":0},[1],true]', '[{"$t":0},[1]]'}
+    assert set(args.loc[["aten._softmax.default"]]) == {'[{"$t":0},1,false]'}
 
 
 def _user_neuron():
