@@ -121,6 +121,15 @@ int is_plain_tensor(OpRecorder *self, PyObject *a) {
     return Py_TYPE(a) == (PyTypeObject *)self->tensor_type || Py_TYPE(a) == (PyTypeObject *)self->parameter_type;
 }
 
+/* The length of a non-empty list or tuple of plain tensors (cat's, stack's operands), else 0. */
+Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a) {
+    if (!PyList_CheckExact(a) && !PyTuple_CheckExact(a)) return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!is_plain_tensor(self, PySequence_Fast_GET_ITEM(a, j))) return 0;
+    return n;
+}
+
 /* The context tuple of this event (capture/dispatch.py's $context), a new reference. */
 PyObject *event_context(OpRecorder *self) {
     PyObject *stage = NULL, *step = NULL, *grad = NULL, *task = NULL, *recompute = NULL, *thread = NULL,

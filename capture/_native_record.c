@@ -165,15 +165,28 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
     key = PyTuple_New(n);
     if (key == NULL) return NULL;
     Py_ssize_t positions[MAX_TENSORS];
+    int listed[MAX_TENSORS]; /* an item of a tensor list argument (cat, stack), not the argument itself */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
         PyObject *item;
+        Py_ssize_t items = tensor_list_length(self, a);
         if (is_plain_tensor(self, a)) {
             if (n_tensors >= MAX_TENSORS - 1) goto python;
             positions[n_tensors] = i;
+            listed[n_tensors] = 0;
             slots[n_tensors] = PyTuple_GET_ITEM(self->arg_slots, i);
             facts[n_tensors++].tensor = a;
             item = Py_NewRef(self->tensor_marker);
+        } else if (items > 0) { /* arguments.py encode_call: (_TENSORS, length), one slot per item */
+            if (n_tensors + items >= MAX_TENSORS - 1) goto python;
+            for (Py_ssize_t j = 0; j < items; j++) {
+                positions[n_tensors] = i;
+                listed[n_tensors] = 1;
+                slots[n_tensors] = PyTuple_GET_ITEM(PyTuple_GET_ITEM(self->list_slots, i), j);
+                facts[n_tensors++].tensor = PySequence_Fast_GET_ITEM(a, j);
+            }
+            item = Py_BuildValue("(On)", self->tensors_marker, items);
+            if (item == NULL) goto done;
         } else {
             item = argument_key(self, a);
             if (item == NULL) {
@@ -184,6 +197,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         PyTuple_SET_ITEM(key, i, item);
     }
     positions[n_tensors] = -1;
+    listed[n_tensors] = 0;
     slots[n_tensors] = self->out_slot;
     facts[n_tensors++].tensor = out;
     for (int k = 0; k < n_tensors; k++) {
@@ -205,14 +219,36 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         if (k == n_tensors - 1 && propagation != PROPAGATE_NONE) { /* the output, its operands read */
             inheriting = &inherit;
             if (propagation == PROPAGATE_SAME) {
-                if (n_tensors > 1 && positions[0] == 0 && (inherit.source_stats = fact_stats(facts, 0)) != NULL) {
+                if (n_tensors > 1 && positions[0] == 0 && !listed[0] &&
+                    (inherit.source_stats = fact_stats(facts, 0)) != NULL) {
                     Facts *source = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
                     if ((inherit.source_numel = shape_numel(source->shape)) < 0) goto done;
                 }
             } else if (propagation == PROPAGATE_PYTHON) {
                 inherit.to_python = 1;
+            } else if (propagation == PROPAGATE_CONCAT) { /* concatenated: the parts' counts add up */
+                long long nnz = 0;
+                int binary = 1, parts = 0, known = 0;
+                for (int j = 0; j < k && positions[j] == 0 && listed[j]; j++) { /* the items of args[0] */
+                    PyObject *part = fact_stats(facts, j);
+                    parts++;
+                    if (part == NULL) continue;
+                    known++;
+                    nnz += PyLong_AsLongLong(PyTuple_GET_ITEM(part, 0));
+                    binary = binary && PyTuple_GET_ITEM(part, 1) == Py_True;
+                }
+                if (PyErr_Occurred()) goto done;
+                if (parts > 0 && known == parts) {
+                    PyObject *out_shape = PyObject_GetAttr(out, s_shape);
+                    if (out_shape == NULL) goto done;
+                    inherit.source_numel = shape_numel(out_shape); /* the output holds every part's elements */
+                    Py_DECREF(out_shape);
+                    if (inherit.source_numel < 0) goto done;
+                    if ((derived = Py_BuildValue("(LO)", nnz, binary ? Py_True : Py_False)) == NULL) goto done;
+                    inherit.source_stats = derived;
+                }
             } else if (propagation == PROPAGATE_BINARY_CAST || propagation == PROPAGATE_NEGATE) {
-                PyObject *source = n_tensors > 1 && positions[0] == 0 ? fact_stats(facts, 0) : NULL;
+                PyObject *source = n_tensors > 1 && positions[0] == 0 && !listed[0] ? fact_stats(facts, 0) : NULL;
                 if (source != NULL && (propagation == PROPAGATE_NEGATE || PyTuple_GET_ITEM(source, 1) == Py_True)) {
                     Facts *operand = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
                     if ((inherit.source_numel = shape_numel(operand->shape)) < 0) goto done;
@@ -227,12 +263,12 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
             } else { /* arithmetic and 1 - x: capture/_native_rules.c */
                 Operand x_operand, other_operand, out_operand;
                 const Operand *x = NULL, *other = NULL;
-                if (n_tensors > 1 && positions[0] == 0) {
+                if (n_tensors > 1 && positions[0] == 0 && !listed[0]) {
                     Facts *f = facts[0].same_as >= 0 ? &facts[facts[0].same_as] : &facts[0];
                     x_operand = (Operand){facts[0].tensor, fact_stats(facts, 0), f->shape};
                     x = &x_operand;
                 }
-                if (n_tensors > 2 && positions[1] == 1) {
+                if (n_tensors > 2 && positions[1] == 1 && !listed[1]) {
                     Facts *f = facts[1].same_as >= 0 ? &facts[facts[1].same_as] : &facts[1];
                     other_operand = (Operand){facts[1].tensor, fact_stats(facts, 1), f->shape};
                     other = &other_operand;
@@ -335,7 +371,8 @@ static const struct {
     FIELD(context), FIELD(registry), FIELD(event_appends), FIELD(use_appends), FIELD(row_appends), FIELD(entries),
     FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind), FIELD(row_kinds), FIELD(forms),
     FIELD(parameter_names), FIELD(interned_args), FIELD(placeholders_json), FIELD(arg_slots), FIELD(out_slot),
-    FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(skipped), FIELD(calls),
+    FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(tensors_marker),
+    FIELD(list_slots), FIELD(skipped), FIELD(calls),
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),

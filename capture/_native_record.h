@@ -31,6 +31,7 @@ typedef struct {
     PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
     PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
     PyObject *tensor_marker, *float_marker, *ints_marker, *bool_marker, *skipped;
+    PyObject *tensors_marker, *list_slots; /* a tensor list's key head; list_slots[position][item] */
     PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
     PyObject *thread_index, *scope_id, *storage_pointer;
@@ -83,6 +84,7 @@ long long long_attr(PyObject *o, PyObject *name, int *failed);
 PyObject *argument_key(OpRecorder *self, PyObject *a);
 PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);
+Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a);
 PyObject *event_context(OpRecorder *self);
 
 /* _native_state.c: the tensor states */

@@ -18,6 +18,7 @@ enum {
     PROPAGATE_NEGATE = 7,      /* negated: -x has x's nonzeros, and is 0/1 only when all zero */
     PROPAGATE_SUB = 8,         /* arithmetic(sub): x - 0, or an all-zero tensor operand */
     PROPAGATE_ONE_MINUS = 9,   /* one_minus_binary: 1 - x of a 0/1 x */
+    PROPAGATE_CONCAT = 10,     /* concatenated: cat and stack hold their parts' elements */
 };
 
 /* One tensor operand of the call (all borrowed): its (nnz, is01) if known, else NULL. */

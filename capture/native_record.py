@@ -11,21 +11,25 @@ from __future__ import annotations
 import torch
 
 from capture import arguments, native, tensors, tracker
-from capture.propagation import binary_cast, negated, one_minus_binary, same_elements
+from capture.propagation import binary_cast, concatenated, negated, one_minus_binary, same_elements
 
 # How the compiled record meets an op's propagation rule (capture/propagation.py): the enum
 # of the same name in capture/_native_rules.h. It applies same_elements (views, expand,
-# clone), binary_cast, negated, one_minus_binary and the arithmetic rules itself (x + 0,
-# x - 0, x * 1, x / 1, a 0/1 x times 0, an all-zero operand of add or sub:
-# capture/_native_rules.c); other rules run in Python, so a large output, whose scan costs
-# more than the Python path, goes there, and so does one whose arithmetic rule reads what
-# the C code does not (a 0/1 x times another number: the product's rounding in x's dtype).
+# clone), binary_cast, negated, one_minus_binary, concatenated (cat, stack) and the
+# arithmetic rules itself (x + 0, x - 0, x * 1, x / 1, a 0/1 x times 0, an all-zero operand
+# of add or sub: capture/_native_rules.c); other rules run in Python, so a large output,
+# whose scan costs more than the Python path, goes there, and so does one whose arithmetic
+# rule reads what the C code does not (a 0/1 x times another number: its rounding in x's dtype).
 (PROPAGATE_NONE, PROPAGATE_SAME, PROPAGATE_PYTHON, PROPAGATE_ADD, PROPAGATE_MUL, PROPAGATE_DIV,
- PROPAGATE_BINARY_CAST, PROPAGATE_NEGATE, PROPAGATE_SUB, PROPAGATE_ONE_MINUS) = range(10)
+ PROPAGATE_BINARY_CAST, PROPAGATE_NEGATE, PROPAGATE_SUB, PROPAGATE_ONE_MINUS, PROPAGATE_CONCAT) = range(11)
 APPLIED_IN_C = {same_elements: PROPAGATE_SAME, binary_cast: PROPAGATE_BINARY_CAST, negated: PROPAGATE_NEGATE,
-                one_minus_binary: PROPAGATE_ONE_MINUS}
+                one_minus_binary: PROPAGATE_ONE_MINUS, concatenated: PROPAGATE_CONCAT}
 ARITHMETIC_HANDLING = {"aten.add.Tensor": PROPAGATE_ADD, "aten.sub.Tensor": PROPAGATE_SUB,
                        "aten.mul.Tensor": PROPAGATE_MUL, "aten.div.Tensor": PROPAGATE_DIV}
+
+
+# Tensor list items the compiled record takes (its MAX_TENSORS, less the output and one spare).
+MAX_LISTED = 30
 
 
 def compiled_propagation(name: str, rule) -> int:
@@ -60,6 +64,9 @@ def native_op_recorder(context, calls: dict, event_appends, use_appends):
         placeholders_json=arguments._placeholders_json, arg_slots=tuple(arguments._ARG_SLOTS),
         out_slot=arguments._OUT_SLOT, out_jsons=tuple(arguments._OUT_TENSOR), tensor_marker=arguments._TENSOR,
         float_marker=arguments._FLOAT, ints_marker=arguments._INTS, bool_marker=arguments._BOOL,
+        tensors_marker=arguments._TENSORS, list_slots=tuple(
+            tuple(arguments.use_slot("arg", position, None, item) for item in range(MAX_LISTED))
+            for position in range(len(arguments._ARG_SLOTS))),
         skipped=tensors._SKIPPED, calls=calls,
         tensor_type=torch.Tensor, parameter_type=torch.nn.Parameter, strided=torch.strided,
         bit_formats=dict(native.BIT_FORMATS), is_grad_enabled=torch.is_grad_enabled,

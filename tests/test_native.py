@@ -196,6 +196,7 @@ def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: t
         torch.add(x, x, alpha=2), torch.add(x, x, alpha=2.0),  # keyword alpha 2 and 2.0: two JSONs
         x + True, torch.rsub(spikes, 1, alpha=2), part + zeros,  # no rule: a bool, alpha 2, a broadcast
         x.sum(1, keepdim=True), x.sum(1), torch.softmax(x, 1),  # a bool argument (keepdim, half_to_float)
+        torch.stack([spikes, spikes, x]), torch.cat([spikes, x], 1), torch.stack([spikes]),  # tensor lists
     ]
 
 
@@ -233,17 +234,19 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     # nine ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
     # zeros - x, 1 - spikes, spikes * 0.0 and * -0.0), -x (negated), the two casts
     # (binary_cast for the spikes), the ten ops no rule applies to (scanned; x + True's bool
-    # keyed apart from the int 1), the two sums and the softmax (a bool argument or none) and
-    # zeros_like (its keywords hold no tensor). To Python went spikes * 0.5 and spikes * 3:
+    # keyed apart from the int 1), the two sums and the softmax (a bool argument or none), the
+    # three stacks and cats (tensor lists; their parts' counts added up) and zeros_like (its
+    # keywords hold no tensor). To Python went spikes * 0.5 and spikes * 3:
     # their rule rounds the product in the dtype (capture/propagation.py _unit_product),
     # which the C code leaves to it.
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 10 + 3 + 1
+    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 10 + 3 + 3 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
     assert set(kwargs.loc[["aten.add.Tensor"]]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
     assert set(kwargs.loc[["aten._to_copy.default"]]) == {'{"dtype":{"$dtype":"float64"}}'}
     args = native["tables"]["events"].set_index("op")["args"]
     assert set(args.loc[["aten.sum.dim_IntList"]]) == {'[{"$t":0},[1],true]', '[{"$t":0},[1]]'}
     assert set(args.loc[["aten._softmax.default"]]) == {'[{"$t":0},1,false]'}
+    assert set(args.loc[["aten.stack.default"]]) == {'[[{"$t":0},{"$t":1},{"$t":2}]]', '[[{"$t":0}]]'}
 
 
 def _user_neuron():
