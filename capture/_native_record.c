@@ -44,9 +44,13 @@ static int memories_unchanged(OpRecorder *self, PyObject *active) {
             unchanged = 0;
             break;
         }
-        PyObject *previous = PyDict_GetItemWithError(snapshots, PyTuple_GET_ITEM(item, 0)); /* borrowed */
+        Py_INCREF(item); /* held: reading an attribute may run Python code */
+        PyObject *previous = PyDict_GetItemWithError(snapshots, PyTuple_GET_ITEM(item, 0));
+        Py_XINCREF(previous);
         PyObject *memories = previous ? PyObject_GetAttr(PyTuple_GET_ITEM(item, 1), s_memories) : NULL;
+        Py_DECREF(item);
         if (memories == NULL) {
+            Py_XDECREF(previous);
             unchanged = PyErr_Occurred() ? -1 : 0;
             break;
         }
@@ -57,6 +61,7 @@ static int memories_unchanged(OpRecorder *self, PyObject *active) {
         while (unchanged && PyDict_Next(memories, &position, &name, &value))
             unchanged = value == PyTuple_GET_ITEM(previous, k++);
         Py_DECREF(memories);
+        Py_DECREF(previous);
     }
     Py_DECREF(snapshots);
     return unchanged;
