@@ -38,7 +38,10 @@ from schemas.tables import TABLES
 
 try:  # TorchDynamo's frame switches, in torch's C module (importing them imports no torch._dynamo)
     from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy, set_eval_frame
-except ImportError:  # a torch without them: torch's own wrapper keeps Dynamo out (RecordingMode)
+
+    _SKIP_FRAME = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT)
+    set_code_exec_strategy((lambda: None).__code__, _SKIP_FRAME)  # they work as RecordingMode uses them
+except Exception:  # noqa: BLE001 - a torch without them, or with others: torch's own wrapper keeps Dynamo out
     set_eval_frame = None
 
 _op_names: dict = {}
@@ -149,8 +152,7 @@ class RecordingMode(TorchDispatchMode):
 
 
 if set_eval_frame is not None:  # Dynamo skips the handler's own frame (torch._dynamo.eval_frame.skip_code)
-    set_code_exec_strategy(RecordingMode.__torch_dispatch__.__code__,
-                           _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT))
+    set_code_exec_strategy(RecordingMode.__torch_dispatch__.__code__, _SKIP_FRAME)
 
 
 class OpPlan:
