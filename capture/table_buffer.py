@@ -106,18 +106,16 @@ class TableBuffer:
         self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
 
     def clear(self) -> None:
-        self.drop_first(len(self))
+        self.drop_first(max(len(column) for column in self.columns.values()))  # a partial row too
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
 
     def drop_partial_row(self) -> None:
         """Remove a row whose append was cut short by a failure (some columns one longer)."""
-        lengths = [len(column) for column in self.columns.values()]
-        complete = min(lengths)
-        if max(lengths) != complete:
-            for column in self.columns.values():
-                del column[complete:]
+        complete = self.complete_rows()
+        for column in self.columns.values():
+            del column[complete:]
 
     def append(self, **values) -> None:
         """Append one row; for the tables written once per hook or step, not per op (hot paths

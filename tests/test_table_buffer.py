@@ -109,3 +109,16 @@ def test_to_arrow_leaves_the_collector_as_it_found_it():
         assert not gc.isenabled()  # a script that runs with it off keeps it off
     finally:
         gc.enable()
+
+
+def test_clear_drops_a_partial_row_too_and_counts_what_it_dropped():
+    # A failed flush clears every buffer (writer._drop_buffers); a row cut short by a failure
+    # (one column longer) must go with the rest, and `dropped` moves by the rows that were there.
+    buffer = TableBuffer("module_events", TABLES["module_events"])
+    for i in range(3):
+        buffer.append(**_hook_row(i))
+    buffer.columns["step"].append(9)  # part of a fourth row, never finished (not in the first column)
+    assert buffer.complete_rows() == 3
+    buffer.clear()
+    assert all(len(column) == 0 for column in buffer.columns.values())
+    assert buffer.dropped == 4
