@@ -183,11 +183,14 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
             facts[n_tensors++].tensor = a;
             item = Py_NewRef(self->tensor_marker);
         } else if (items > 0) { /* arguments.py encode_call: (_TENSORS, length), one slot per item */
-            if (n_tensors + items >= MAX_TENSORS - 1) goto python;
+            PyObject *item_slots = PyTuple_GET_ITEM(self->list_slots, i); /* one per MAX_ARGS position */
+            if (n_tensors + items >= MAX_TENSORS - 1 || !PyTuple_CheckExact(item_slots) ||
+                items > PyTuple_GET_SIZE(item_slots))
+                goto python;
             for (Py_ssize_t j = 0; j < items; j++) {
                 positions[n_tensors] = i;
                 listed[n_tensors] = 1;
-                slots[n_tensors] = PyTuple_GET_ITEM(PyTuple_GET_ITEM(self->list_slots, i), j);
+                slots[n_tensors] = PyTuple_GET_ITEM(item_slots, j);
                 facts[n_tensors++].tensor = PySequence_Fast_GET_ITEM(a, j);
             }
             item = Py_BuildValue("(On)", self->tensors_marker, items);
@@ -405,11 +408,11 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
         Py_SETREF(self->freed, own);
     }
     const char *tuples[] = {"event_appends", "use_appends", "row_appends", "arg_slots", "out_jsons", "free_appends",
-                            "kwarg_types"};
+                            "kwarg_types", "list_slots"};
     PyObject *checks[] = {self->event_appends, self->use_appends, self->row_appends, self->arg_slots, self->out_jsons,
-                          self->free_appends, self->kwarg_types};
-    Py_ssize_t sizes[] = {3, 4, 8, MAX_ARGS, -1, 2, -1};
-    for (int i = 0; i < 7; i++) {
+                          self->free_appends, self->kwarg_types, self->list_slots};
+    Py_ssize_t sizes[] = {3, 4, 8, MAX_ARGS, -1, 2, -1, MAX_ARGS};
+    for (int i = 0; i < 8; i++) {
         if (!PyTuple_CheckExact(checks[i]) || (sizes[i] >= 0 && PyTuple_GET_SIZE(checks[i]) != sizes[i])) {
             PyErr_Format(PyExc_TypeError, "OpRecorder: %s must be a tuple of %zd", tuples[i], sizes[i]);
             return -1;

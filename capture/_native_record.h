@@ -89,7 +89,6 @@ PyObject *event_context(OpRecorder *self);
 
 /* _native_state.c: the tensor states */
 void clear_facts(Facts *f, int n);
-int64_t shape_numel(PyObject *shape);
 PyObject *fact_stats(Facts *facts, int k);
 int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObject *wanted_positions,
                  Py_ssize_t position, const Inheritance *inherit);

@@ -104,12 +104,10 @@ static int one_minus(PyObject *args, PyObject *kwargs, const Operand *x, const O
     if ((r = alpha_is_one(args, kwargs, 2)) != RULE_APPLIES) return r;
     int same = PyObject_RichCompareBool(x->shape, out->shape, Py_EQ);
     if (same <= 0) return same < 0 ? -1 : RULE_NO;
-    long long numel = 1;
-    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(out->shape); d++)
-        numel *= PyLong_AsLongLong(PyTuple_GET_ITEM(out->shape, d));
+    int64_t numel = shape_numel(out->shape);
     long long nnz = nnz_of(x->stats);
     if (PyErr_Occurred()) return -1;
-    return give(stats, Py_BuildValue("(LO)", numel - nnz, Py_True));
+    return give(stats, Py_BuildValue("(LO)", (long long)numel - nnz, Py_True));
 }
 
 int arithmetic_rule(int propagation, PyObject *args, PyObject *kwargs, const Operand *x, const Operand *other,

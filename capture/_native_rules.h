@@ -31,6 +31,9 @@ enum { RULE_NO = 0, RULE_APPLIES = 1, RULE_UNSURE = 2 };
 /* arithmetic_rule: whether capture/propagation.py's rule for this op gives the output's
  * statistics (RULE_APPLIES, *stats a new reference), cannot (RULE_NO: the Python path would
  * scan it too), or this cannot tell (RULE_UNSURE: the Python rule decides); -1 error. */
+/* The element count of a shape tuple, -1 with an error set (capture/_native_state.c). */
+int64_t shape_numel(PyObject *shape);
+
 int arithmetic_rule(int propagation, PyObject *args, PyObject *kwargs, const Operand *x, const Operand *other,
                     const Operand *out, PyObject **stats);
 
