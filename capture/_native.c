@@ -314,11 +314,92 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return Py_BuildValue("LL", (long long)nnz, (long long)ones);
 }
 
+/* identity_codes(rows) -> (codes, distinct): for a list of objects, the index in `distinct`
+ * of each row's object, by identity (int32 codes, as bytes), and the distinct objects in
+ * first-seen order. capture/table_buffer.py converts a grouped column's few hundred distinct
+ * interned tuples once and takes them per row; mapping 200k rows to them by id() in Python
+ * was half a flush. Every row holds its object alive while this runs, so a pointer names one. */
+static PyObject *identity_codes(PyObject *self, PyObject *rows) {
+    if (!PyList_CheckExact(rows)) {
+        PyErr_SetString(PyExc_TypeError, "identity_codes: rows must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "identity_codes: too many rows for int32 codes");
+        return NULL;
+    }
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+    PyObject *distinct = PyList_New(0);
+    size_t capacity = 1024; /* open addressing, load <= 1/2: pointer -> code */
+    PyObject **keys = PyMem_Calloc(capacity, sizeof(PyObject *));
+    int32_t *values = PyMem_Malloc(capacity * sizeof(int32_t));
+    if (codes == NULL || distinct == NULL) goto fail;
+    if (keys == NULL || values == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(codes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        size_t h = ((uintptr_t)row >> 4) * 0x9E3779B97F4A7C15ull;
+        size_t slot = h & (capacity - 1);
+        while (keys[slot] != NULL && keys[slot] != row) slot = (slot + 1) & (capacity - 1);
+        if (keys[slot] == row) {
+            out[i] = values[slot];
+            continue;
+        }
+        Py_ssize_t code = PyList_GET_SIZE(distinct);
+        if (PyList_Append(distinct, row) < 0) goto fail;
+        keys[slot] = row;
+        values[slot] = (int32_t)code;
+        out[i] = (int32_t)code;
+        if ((size_t)(code + 1) * 2 > capacity) { /* grow: rehash every key */
+            size_t grown = capacity * 2;
+            PyObject **new_keys = PyMem_Calloc(grown, sizeof(PyObject *));
+            int32_t *new_values = PyMem_Malloc(grown * sizeof(int32_t));
+            if (new_keys == NULL || new_values == NULL) {
+                PyMem_Free(new_keys);
+                PyMem_Free(new_values);
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (size_t k = 0; k < capacity; k++) {
+                if (keys[k] == NULL) continue;
+                size_t s = (((uintptr_t)keys[k] >> 4) * 0x9E3779B97F4A7C15ull) & (grown - 1);
+                while (new_keys[s] != NULL) s = (s + 1) & (grown - 1);
+                new_keys[s] = keys[k];
+                new_values[s] = values[k];
+            }
+            PyMem_Free(keys);
+            PyMem_Free(values);
+            keys = new_keys;
+            values = new_values;
+            capacity = grown;
+        }
+    }
+    PyMem_Free(keys);
+    PyMem_Free(values);
+    PyObject *result = PyTuple_Pack(2, codes, distinct);
+    Py_DECREF(codes);
+    Py_DECREF(distinct);
+    return result;
+fail:
+    PyMem_Free(keys);
+    PyMem_Free(values);
+    Py_XDECREF(codes);
+    Py_XDECREF(distinct);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones): one pass over "
      "a CPU tensor's memory counting non-zero elements and elements equal to one, by bit pattern "
      "(ones -1: the first element is neither 0 nor 1)."},
+    {"identity_codes", identity_codes, METH_O,
+     "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
+     "objects of rows, by identity, in first-seen order."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,6 +17,11 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pyarrow.compute as pc
 
+try:  # the compiled grouping of a flush (capture/_native.c); the Python one does the same, slower
+    from capture._native import identity_codes
+except ImportError:
+    identity_codes = None
+
 
 # array typecodes by integer width (in bits): a column takes no more bytes a value than its type.
 _TYPECODES = {8: "b", 16: "h", 32: "i", 64: "q"}
@@ -191,11 +196,8 @@ class TableBuffer:
         types = {member: self.schema.field(member).type for member in members}
         if not rows:
             return {member: pa.array([], type=types[member]) for member in members}
-        ids = pa.array(map(id, rows), type=pa.uint64(), size=len(rows))
-        encoded = ids.dictionary_encode()
-        by_id = dict(zip(map(id, rows), rows))
-        distinct = [by_id[i] for i in encoded.dictionary.to_pylist()]
-        return {member: pa.array(values, type=types[member]).take(encoded.indices)
+        indices, distinct = _distinct_by_identity(rows)
+        return {member: pa.array(values, type=types[member]).take(indices)
                 for member, values in zip(members, zip(*distinct))}
 
     def buffered_bytes(self, sample: int = 64) -> int:
@@ -221,6 +223,16 @@ class TableBuffer:
                     charged += _size(value) * occurrences[id(value)] / holders
                 total += int(charged * len(column) / len(tail))
         return total
+
+
+def _distinct_by_identity(rows: list) -> tuple[pa.Array, list]:
+    """Each row's index among the distinct objects of `rows` (by identity), and those objects."""
+    if identity_codes is not None:
+        codes, distinct = identity_codes(rows)
+        return pa.Array.from_buffers(pa.int32(), len(rows), [None, pa.py_buffer(codes)]), distinct
+    encoded = pa.array(map(id, rows), type=pa.uint64(), size=len(rows)).dictionary_encode()
+    by_id = dict(zip(map(id, rows), rows))
+    return encoded.indices, [by_id[i] for i in encoded.dictionary.to_pylist()]
 
 
 def _size(value) -> int:

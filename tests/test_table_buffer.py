@@ -6,6 +6,9 @@ from __future__ import annotations
 import sys
 from array import array
 
+import pytest
+
+from capture import table_buffer
 from capture.table_buffer import TableBuffer, _size
 from schemas.tables import TABLES
 
@@ -62,8 +65,14 @@ def test_the_estimate_charges_objects_of_their_own_in_full():
     assert 0.8 * held <= estimate <= 1.25 * held, (estimate, held)
 
 
-def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_unhashable():
-    # The writer converts each distinct group tuple once (by identity) and takes it per row.
+@pytest.mark.parametrize("grouping", ["compiled", "python"])
+def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_unhashable(grouping, monkeypatch):
+    # The writer converts each distinct group tuple once (by identity) and takes it per row,
+    # grouping the rows in C (capture/_native.c identity_codes) or, without it, in Python.
+    if grouping == "compiled" and table_buffer.identity_codes is None:
+        pytest.skip("capture._native not built")
+    if grouping == "python":
+        monkeypatch.setattr(table_buffer, "identity_codes", None)
     # Rows here: shared interned tuples, equal tuples that are distinct objects, tuples with a
     # list member (unhashable: never interned) and None members; every row must come back
     # with exactly the values it was appended with, in order.
