@@ -149,3 +149,74 @@ def test_loss_module_underflow_is_recorded_where_spikingjelly_aborts(tmp_path):
         last_seq = int(trace.sql("SELECT max(seq) AS s FROM events")["s"].iloc[0])
     assert underflow["module_id"] == ids[id(criterion)] and underflow["count"] == 1
     assert underflow["first_seq"] == last_seq + 1  # SpikingJelly stopped right there, ops included
+
+
+
+def _backward_variant_run(recorder, model, x, variant):
+    """One step whose backward skips nodes, runs twice, or starts at a leaf input's grad."""
+    with recorder.stage("forward", phase="forward"):
+        out = model(x).sum()
+    with recorder.stage("backward", phase="backward"):
+        if variant == "inputs_of_the_last_layer":  # the engine runs only the last layer's nodes
+            out.backward(inputs=[model[-1].weight])
+        elif variant == "inputs_of_the_leaf_input":  # the input's grad captured, not accumulated
+            out.backward(inputs=[x])
+        elif variant == "retain_graph_twice":  # two graph tasks over one graph
+            out.backward(retain_graph=True)
+            out.backward()
+        else:
+            out.backward()
+
+
+def _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe=None):
+    from torch import nn
+
+    from capture import tracker as capture_tracker
+
+    monkeypatch.setattr(capture_tracker, "SINGLE_TENSOR_HOOKS", single_tensor_hooks)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    x = torch.rand(4, 6, requires_grad=variant in ("leaf_input", "inputs_of_the_leaf_input"))
+    path = tmp_path / f"trace-{single_tensor_hooks}"
+    recorder = Recorder(path, model=model)
+    if probe is None:
+        with recorder:
+            _backward_variant_run(recorder, model, x, variant)
+    else:
+        with recorder, probe.tracker, probe:
+            _backward_variant_run(recorder, model, x, variant)
+    with open_trace(path) as trace:
+        hooks = trace.sql("SELECT seq, kind, module_id, call_index FROM module_events ORDER BY seq")
+    return recorder, recorded_scopes(path, recorder.catalog.ids), hooks.values.tolist()
+
+
+@pytest.mark.parametrize("single_tensor_hooks", [True, False], ids=["own-hook", "multi-grad-hook"])
+@pytest.mark.parametrize("variant", ["inputs_of_the_last_layer", "retain_graph_twice"])
+def test_scopes_equal_spikingjelly_when_backward_skips_nodes_or_runs_twice(tmp_path, monkeypatch, variant,
+                                                                            single_tensor_hooks):
+    # A module's one input or output is held by its own tensor hook (capture/tracker.py
+    # SINGLE_TENSOR_HOOKS) instead of torch's multi-grad hook, which SpikingJelly's tracker
+    # uses: both must give SpikingJelly's scopes where the two could part: a backward whose
+    # `inputs` leave earlier modules' nodes unrun (a multi-grad hook never fires there) and
+    # two graph tasks over one graph.
+    probe = TrackerProbe(ActiveModuleTracker())
+    recorder, recorded, hooks = _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe)
+    ids = recorder.catalog.ids
+    expected = [(op, parents, frozenset(ids[id(m)] for m in active)) for op, parents, active in probe.rows]
+    assert recorded == expected
+    # 4 modules (the Sequential and its 3 layers) entered once each way in forward; backward_pre
+    # per graph task for each module whose output grad is computed: all four twice, or only
+    # the Sequential and its last layer (they share the output) when only that layer's
+    # weight is asked for.
+    backward_pre = sum(kind == "backward_pre" for _, kind, _, _ in hooks)
+    assert backward_pre == {"inputs_of_the_last_layer": 2, "retain_graph_twice": 8}[variant]
+
+
+@pytest.mark.parametrize("variant", ["inputs_of_the_last_layer", "retain_graph_twice", "leaf_input",
+                                     "inputs_of_the_leaf_input"])
+def test_a_single_tensor_hook_records_what_the_multi_grad_hook_records(tmp_path, monkeypatch, variant):
+    # The leaf input too: held through its grad accumulator (torch's _get_grad_fn_or_grad_acc,
+    # whose view_as the trace records either way).
+    own = _variant_trace(tmp_path, monkeypatch, variant, True)
+    multi = _variant_trace(tmp_path, monkeypatch, variant, False)
+    assert own[1:] == multi[1:]
