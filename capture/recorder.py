@@ -49,14 +49,15 @@ from capture.compiled import CompileWatch
 from capture.context import RecordingContext, Stage
 from capture.dispatch import OpLog, RecordingMode
 from capture.modules import ModuleCatalog
+from capture.module_events import ModuleEventLog
 from capture.process_facts import device_of, rank_and_world
 from capture.optimizers import OptimizerLog
 from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
 from capture import native
 from capture.fast_paths import enabled_fast_paths
-from capture.tensors import TensorRegistry, excluded_from_modes
-from schemas.statistics_levels import SYNAPTIC_LEVEL_HOOKS, level_of
+from capture.tensors import TensorRegistry
+from schemas.statistics_levels import level_of
 from capture.tracker import ScopeTracker
 from capture.writer import TraceWriter
 
@@ -208,6 +209,7 @@ class Recorder:
             native_scan="native_statistics" in fast_paths,
         )
         self.ops = OpLog(context)
+        self.module_events = ModuleEventLog(context)
         self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)
         self.writer.before_flush += [self.registry.resolve_pending, self.ops.resolve_pending, self.catalog.write_rows, self._write_steps]
         self.writer.on_failure.append(self._update_recording)  # a trace that cannot be written records nothing
@@ -338,48 +340,11 @@ class Recorder:
             try:
                 if kind == "forward_pre":
                     self.compiled.module(module, tracker_name)
-                self._write_module_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
+                self.module_events.write(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
                                          call_index)
             except Exception as exc:  # noqa: BLE001 - a capture failure (capture/failures.py)
                 site = "module_hook" if kind.startswith("forward") else "grad_hook"
                 context.report_failure(site, tracker_name, exc, seq)
-
-    def _write_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
-                            call_index: int) -> None:
-        context = self.context
-        module_id = context.catalog.module_id(module, tracker_name=tracker_name)
-        if not context.recording:
-            return
-        with excluded_from_modes():
-            seq = context.take_seq()
-            context.current_record = tracker_name
-            registry = context.registry
-            wanted = kind in SYNAPTIC_LEVEL_HOOKS  # layer inputs and outputs (schemas/statistics_levels.py)
-            # tuples: no spare capacity kept per buffered row, as a list would
-            ids = tuple([None if t is None else registry.describe(t, seq, wanted=wanted) for t in tensors])
-            kwarg_ids = tuple([registry.describe(t, seq, wanted=wanted) for t in kwarg_tensors])
-            stage = context.current_stage
-            context.writer.tables["module_events"].append(
-                seq=seq,
-                kind=kind,
-                module_id=module_id,
-                tracker_name=tracker_name,
-                call_index=call_index,
-                step=context.step_index,
-                stage_id=stage.stage_id if stage else None,
-                stage=stage.name if stage else "unlabeled",
-                phase=stage.phase if stage else None,
-                grad_enabled=torch.is_grad_enabled(),
-                training=module.training,
-                thread=context.thread_index(),
-                inputs=ids if kind in ("forward_pre", "backward_post") else None,
-                outputs=ids if kind in ("forward_post", "backward_pre") else None,
-                kwarg_inputs=kwarg_ids if kind == "forward_post" else None,
-                inputs_require_grad=inputs_require_grad,
-                recompute=kind.startswith("forward") and context.tracker.recompute_depth > 0,
-            )
-            if kind == "forward_post" and module_id in context.catalog.stateful:
-                context.snapshot(seq, module_id, module)
 
     def _on_tracker_underflow(self, module, tracker_name: str) -> None:
         """Where SpikingJelly's tracker would raise and abort the run (capture/tracker.py):
