@@ -220,3 +220,22 @@ def test_a_single_tensor_hook_records_what_the_multi_grad_hook_records(tmp_path,
     own = _variant_trace(tmp_path, monkeypatch, variant, True)
     multi = _variant_trace(tmp_path, monkeypatch, variant, False)
     assert own[1:] == multi[1:]
+
+
+def test_hook_tensors_come_in_tree_flatten_order_whatever_the_container():
+    # capture/tracker.py _tensors skips torch's pytree for a tensor, an empty dict and a plain
+    # tuple or list of tensors and None; every other container goes through tree_flatten.
+    # Either way: the tensors tree_flatten finds, the very objects, in its order.
+    import collections
+
+    from torch.utils._pytree import tree_flatten
+
+    from capture.tracker import _tensors
+
+    t, p = torch.zeros(2), torch.nn.Parameter(torch.ones(1))
+    pair = collections.namedtuple("pair", "a b")
+    for value in [t, p, (), [], {}, (t,), (t, None, p), [t, p], (t, 3), (t, (p,)), {"a": t}, pair(t, p), None, 3,
+                  ([t], t), {"x": None}, [None, t]]:
+        want = [a for a in tree_flatten(value)[0] if isinstance(a, torch.Tensor)]
+        got = _tensors(value)
+        assert len(got) == len(want) and all(a is b for a, b in zip(got, want)), value
