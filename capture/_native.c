@@ -392,11 +392,16 @@ fail:
     return NULL;
 }
 
+PyObject *native_nonzero_pairs(PyObject *self, PyObject *args); /* capture/_native_pairs.c */
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones): one pass over "
      "a CPU tensor's memory counting non-zero elements and elements equal to one, by bit pattern "
      "(ones -1: the first element is neither 0 nor 1)."},
+    {"nonzero_pairs", native_nonzero_pairs, METH_VARARGS,
+     "nonzero_pairs(x, y) -> int | None (past 2**64): sum over b, k of nnz(x[b, :, k]) * nnz(y[b, k, :]); each operand (address, "
+     "element_size, nonzero_mask, (B, M, K) or (B, K, N), strides in elements)."},
     {"identity_codes", identity_codes, METH_O,
      "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
      "objects of rows, by identity, in first-seen order."},

@@ -18,6 +18,10 @@ from typing import Callable
 import torch
 
 from capture import conv_taps
+from capture.native import BIT_FORMATS, _native
+
+# The pair count in one compiled pass (capture/_native_pairs.c); None without the extension.
+_compiled_pairs = getattr(_native, "nonzero_pairs", None)
 
 
 def _conv_geometry(args):
@@ -129,11 +133,14 @@ _SHARED: dict = {}
 
 
 @contextmanager
-def one_op(binary_operands):
+def one_op(binary_operands, compiled_pairs: bool = True):
     """The statistics of one op are taken inside; `binary_operands`: per operand of
-    OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise)."""
+    OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise);
+    `compiled_pairs`: the pair counts may take the compiled pass (the fast path
+    native_pair_counts, capture/fast_paths.py)."""
     _SHARED.clear()
     _SHARED["binary"] = tuple(binary_operands)
+    _SHARED["compiled_pairs"] = compiled_pairs
     try:
         yield
     finally:
@@ -179,9 +186,28 @@ def _dense(w: torch.Tensor) -> bool:
     return _per_version(w, "dense", lambda v: int(torch.count_nonzero(v)) == v.numel())
 
 
-def _gemm_pairs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _as_batched(t: torch.Tensor) -> tuple | None:
+    """(address, element size, nonzero mask, (B, rows, columns), strides) of a CPU strided 2-D
+    or 3-D tensor of a known format, for the compiled pair count; None for anything else."""
+    fmt = BIT_FORMATS.get(t.dtype)
+    if fmt is None or t.device.type != "cpu" or t.layout is not torch.strided or t.is_meta or t.dim() not in (2, 3):
+        return None
+    # The format's mask, whatever its 0/1-by-type flag: nonzero is nonzero (a negated view,
+    # is_neg, holds the same nonzeros as its memory).
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if t.dim() == 2:
+        shape, strides = (1, *shape), (0, *strides)
+    return (t.data_ptr() if t.numel() else 0, fmt[0], fmt[1], shape, strides)
+
+
+def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
     # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS).
+    if _compiled_pairs is not None and _SHARED.get("compiled_pairs", True) and x.dim() == y.dim():
+        operands = (_as_batched(x), _as_batched(y))
+        pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64
+        if pairs is not None:
+            return pairs  # an exact int: the counts are integers
     x_binary, y_binary = (*_SHARED.get("binary", ()), None, None)[:2]
     return (_nonzero_counts(x, -2, x_binary is True).double() * _nonzero_counts(y, -1, y_binary is True).double()).sum()
 

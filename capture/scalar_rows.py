@@ -78,7 +78,8 @@ class OpScalars:
             return  # values that cannot be read (a freed storage): the statistics are not taken
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.context.keep_binary_inputs
-        with torch.no_grad(), one_op(flags):  # what its statistics share comes from this op's operands
+        # what its statistics share comes from this op's operands
+        with torch.no_grad(), one_op(flags, "native_pair_counts" in self.context.fast_paths):
             for stat in statistic_names:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:

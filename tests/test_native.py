@@ -296,3 +296,54 @@ def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, m
     pd.testing.assert_frame_equal(native, python)
     # per forward: the memory reassigned twice inside it, each seen at the next op
     assert len(native) >= 2 * 3, native
+
+
+def _pairs_by_torch(x, y):
+    # NeuroBench's pair count as the definition reads: for each inner index k, the nonzeros of
+    # x's column k times those of y's row k (per batch), summed; in float64 (exact here).
+    return float(((x != 0).double().sum(dim=-2) * (y != 0).double().sum(dim=-1)).sum())
+
+
+def _pair_cases():
+    torch.manual_seed(0)
+    x = torch.randn(64, 32)
+    x[x.abs() < 0.5] = 0
+    y = torch.randn(32, 48)
+    y[y.abs() < 0.7] = 0
+    b = torch.randn(4, 8, 16)
+    b[b > 0.3] = 0
+    c = torch.randn(4, 16, 5)
+    c[c < 0] = -0.0  # negative zeros are zeros
+    odd = torch.tensor([[float("nan"), 0.0, -0.0], [1.0, float("inf"), 0.0]])  # NaN and inf are nonzero
+    return {
+        "row-major": (x, y),
+        "column-major": (x.t().contiguous().t(), y.t().contiguous().t()),
+        "weight transposed (linear)": (x, torch.randn(48, 32).t()),
+        "batched": (b, c),
+        "batched, x transposed in memory": (b.transpose(1, 2).contiguous().transpose(1, 2), c),
+        "broadcast batch (stride 0)": (b, torch.randn(1, 16, 5).expand(4, 16, 5)),
+        "spikes by float": ((b > 0).float(), c),
+        "half": (b.half(), c.half()),
+        "bfloat16": (b.bfloat16(), c.bfloat16()),
+        "float64": (b.double(), c.double()),
+        "int64": ((b * 3).long(), (c * 3).long()),
+        "bool by float": (torch.rand(5, 6) > 0.5, (torch.rand(6, 7) > 0.5).float()),
+        "nan, inf, -0.0": (odd, odd.t()),
+        "empty rows": (torch.randn(0, 3), torch.randn(3, 4)),
+        "empty inner": (torch.randn(3, 0), torch.randn(0, 4)),
+        "a negated view": (torch._neg_view(x), y),
+    }
+
+
+@pytest.mark.parametrize("case", list(_pair_cases()))
+def test_the_compiled_pair_count_equals_the_definition(case):
+    from capture import op_statistics
+
+    if op_statistics._compiled_pairs is None:
+        pytest.skip("capture._native not built")
+    x, y = _pair_cases()[case]
+    got = op_statistics._gemm_pairs(x, y)
+    assert isinstance(got, int)  # the compiled pass took it (an exact count)
+    assert got == _pairs_by_torch(x, y)
+    with op_statistics.one_op((None, None), compiled_pairs=False):  # the fast path off: torch's ops
+        assert float(op_statistics._gemm_pairs(x, y)) == got
