@@ -393,6 +393,7 @@ fail:
 }
 
 PyObject *native_nonzero_pairs(PyObject *self, PyObject *args); /* capture/_native_pairs.c */
+PyObject *native_ternary(PyObject *self, PyObject *args);       /* capture/_native_ternary.c */
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
@@ -402,6 +403,9 @@ static PyMethodDef methods[] = {
     {"nonzero_pairs", native_nonzero_pairs, METH_VARARGS,
      "nonzero_pairs(x, y) -> int | None (past 2**64): sum over b, k of nnz(x[b, :, k]) * nnz(y[b, k, :]); each operand (address, "
      "element_size, nonzero_mask, (B, M, K) or (B, K, N), strides in elements)."},
+    {"ternary", native_ternary, METH_VARARGS,
+     "ternary(address, element_size, nonzero_mask, one_bits, minus_one_allowed, shape, strides) -> bool: every "
+     "element 0, 1 or -1."},
     {"identity_codes", identity_codes, METH_O,
      "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
      "objects of rows, by identity, in first-seen order."},

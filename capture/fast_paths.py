@@ -17,8 +17,9 @@ FAST_PATHS = {
     "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/propagation.py)",
     "native_statistics": "nnz/is01 of a CPU tensor by the compiled one-pass scan (capture/native.py), "
                          "where the install built it",
-    "native_pair_counts": "NeuroBench's nonzero-pair counts of mm, bmm, addmm and linear in one compiled pass "
-                          "(capture/_native_pairs.c) instead of a compare, a cast and a sum per operand",
+    "native_operand_statistics": "NeuroBench's nonzero-pair counts (mm, bmm, addmm, linear) and ternary input "
+                                 "checks in compiled passes (capture/_native_pairs.c, capture/_native_ternary.c) "
+                                 "instead of a few torch ops each",
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
                      "in compiled code (capture/_native_record.c)",
 }

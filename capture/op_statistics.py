@@ -20,8 +20,10 @@ import torch
 from capture import conv_taps
 from capture.native import BIT_FORMATS, _native
 
-# The pair count in one compiled pass (capture/_native_pairs.c); None without the extension.
+# The pair count and the ternary check in compiled passes (capture/_native_pairs.c,
+# capture/_native_ternary.c); None without the extension.
 _compiled_pairs = getattr(_native, "nonzero_pairs", None)
+_compiled_ternary = getattr(_native, "ternary", None)
 
 
 def _conv_geometry(args):
@@ -133,14 +135,14 @@ _SHARED: dict = {}
 
 
 @contextmanager
-def one_op(binary_operands, compiled_pairs: bool = True):
+def one_op(binary_operands, compiled: bool = True):
     """The statistics of one op are taken inside; `binary_operands`: per operand of
     OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise);
-    `compiled_pairs`: the pair counts may take the compiled pass (the fast path
-    native_pair_counts, capture/fast_paths.py)."""
+    `compiled`: the pair counts and ternary checks may take their compiled passes (the fast
+    path native_operand_statistics, capture/fast_paths.py)."""
     _SHARED.clear()
     _SHARED["binary"] = tuple(binary_operands)
-    _SHARED["compiled_pairs"] = compiled_pairs
+    _SHARED["compiled"] = compiled
     try:
         yield
     finally:
@@ -203,7 +205,7 @@ def _as_batched(t: torch.Tensor) -> tuple | None:
 def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
     # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS).
-    if _compiled_pairs is not None and _SHARED.get("compiled_pairs", True) and x.dim() == y.dim():
+    if _compiled_pairs is not None and _SHARED.get("compiled", True) and x.dim() == y.dim():
         operands = (_as_batched(x), _as_batched(y))
         pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64
         if pairs is not None:
@@ -248,6 +250,13 @@ def _ternary(x: torch.Tensor):
     if x.dtype == torch.bool or x.numel() == 0:
         return 1.0
     if x.device.type == "cpu":
+        fmt = BIT_FORMATS.get(x.dtype)
+        if _compiled_ternary is not None and _SHARED.get("compiled", True) and fmt is not None \
+                and x.layout is torch.strided and not x.is_meta:
+            # -1 is all bits set in a signed integer; a float's -1 is its 1 under the sign mask
+            minus_one = x.dtype.is_signed and not x.dtype.is_floating_point
+            return float(_compiled_ternary(x.data_ptr(), fmt[0], fmt[1], fmt[2], minus_one, tuple(x.shape),
+                                           tuple(x.stride())))
         head = x.reshape(-1)[:64]
         if not bool(((head == 0) | (head.abs() == 1)).all()):
             return 0.0  # most analog tensors: no scan

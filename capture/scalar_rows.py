@@ -79,7 +79,7 @@ class OpScalars:
         flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
         keep = self.context.keep_binary_inputs
         # what its statistics share comes from this op's operands
-        with torch.no_grad(), one_op(flags, "native_pair_counts" in self.context.fast_paths):
+        with torch.no_grad(), one_op(flags, "native_operand_statistics" in self.context.fast_paths):
             for stat in statistic_names:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:

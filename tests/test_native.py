@@ -345,5 +345,45 @@ def test_the_compiled_pair_count_equals_the_definition(case):
     got = op_statistics._gemm_pairs(x, y)
     assert isinstance(got, int)  # the compiled pass took it (an exact count)
     assert got == _pairs_by_torch(x, y)
-    with op_statistics.one_op((None, None), compiled_pairs=False):  # the fast path off: torch's ops
+    with op_statistics.one_op((None, None), compiled=False):  # the fast path off: torch's ops
         assert float(op_statistics._gemm_pairs(x, y)) == got
+
+
+def _ternary_cases():
+    torch.manual_seed(1)
+    signs = torch.randint(-1, 2, (6, 7)).float()
+    return {
+        "float -1/0/1": signs,
+        "float -1/0/1, -0.0": torch.where(signs == 0, torch.tensor(-0.0), signs),
+        "float spikes": (torch.rand(6, 7) > 0.5).float(),
+        "float analog": torch.randn(6, 7),
+        "float, one 2.0 at the end": torch.cat([signs.reshape(-1), torch.tensor([2.0])]),
+        "float, one NaN": torch.cat([signs.reshape(-1), torch.tensor([float("nan")])]),
+        "float, one inf": torch.cat([signs.reshape(-1), torch.tensor([float("inf")])]),
+        "half -1/0/1": signs.half(),
+        "bfloat16 -1/0/1": signs.bfloat16(),
+        "float64 -1/0/1": signs.double(),
+        "int64 -1/0/1": signs.long(),
+        "int64 with 2": torch.tensor([0, 1, -1, 2]),
+        "int8 -128": torch.tensor([0, 1, -128], dtype=torch.int8),  # abs(-128) wraps to -128
+        "uint8 255": torch.tensor([0, 1, 255], dtype=torch.uint8),  # abs(255) is 255, not 1
+        "uint8 0/1": torch.tensor([0, 1, 1], dtype=torch.uint8),
+        "transposed": signs.t(),
+        "strided slice": torch.randint(-1, 2, (8, 9)).float()[::2, 1::3],
+        "broadcast": signs[:1].expand(5, 7),
+        "0-dim": torch.tensor(-1.0),
+        "a negated view": torch._neg_view(signs),
+    }
+
+
+@pytest.mark.parametrize("case", list(_ternary_cases()))
+def test_the_compiled_ternary_check_equals_the_definition(case):
+    from capture import op_statistics
+
+    if op_statistics._compiled_ternary is None:
+        pytest.skip("capture._native not built")
+    x = _ternary_cases()[case]
+    want = float(((x == 0) | (x.abs() == 1)).all())  # the definition, every value compared
+    assert op_statistics._ternary(x) == want
+    with op_statistics.one_op((None,), compiled=False):  # the fast path off: torch's ops
+        assert float(op_statistics._ternary(x)) == want
