@@ -393,6 +393,7 @@ fail:
 }
 
 PyObject *native_nonzero_pairs(PyObject *self, PyObject *args); /* capture/_native_pairs.c */
+PyObject *native_nonzero_counts(PyObject *self, PyObject *args); /* capture/_native_pairs.c */
 PyObject *native_ternary(PyObject *self, PyObject *args);       /* capture/_native_ternary.c */
 
 static PyMethodDef methods[] = {
@@ -403,6 +404,9 @@ static PyMethodDef methods[] = {
     {"nonzero_pairs", native_nonzero_pairs, METH_VARARGS,
      "nonzero_pairs(x, y) -> int | None (past 2**64): sum over b, k of nnz(x[b, :, k]) * nnz(y[b, k, :]); each operand (address, "
      "element_size, nonzero_mask, (B, M, K) or (B, K, N), strides in elements)."},
+    {"nonzero_counts", native_nonzero_counts, METH_VARARGS,
+     "nonzero_counts((address, element_size, nonzero_mask, (A, B, K), strides)) -> bytes: int64 count of the "
+     "nonzero x[a, b, k] over a and b, for each k."},
     {"ternary", native_ternary, METH_VARARGS,
      "ternary(address, element_size, nonzero_mask, one_bits, minus_one_allowed, shape, strides) -> bool: every "
      "element 0, 1 or -1."},

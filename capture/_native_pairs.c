@@ -133,3 +133,30 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     if (overflow) Py_RETURN_NONE;
     return PyLong_FromUnsignedLongLong(total);
 }
+
+/* nonzero_counts((address, element_size, mask, (A, B, K), strides)) -> bytes: int64 counts, for
+ * each k, of the nonzero x[a, b, k] over a and b: a convolution input's nonzeros per spatial
+ * position over batch and channels (capture/op_statistics.py _spatial_counts), one pass. */
+PyObject *native_nonzero_counts(PyObject *Py_UNUSED(self), PyObject *args) {
+    Operand3 x;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1) {
+        PyErr_SetString(PyExc_TypeError, "nonzero_counts takes one operand");
+        return NULL;
+    }
+    if (parse_operand(args, 0, &x) < 0) return NULL;
+    int64_t outer = x.shape[0], reduced = x.shape[1], kept = x.shape[2];
+    if (outer * reduced * kept > 0 && x.address == 0) {
+        PyErr_SetString(PyExc_ValueError, "nonzero_counts: null address");
+        return NULL;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, kept * (Py_ssize_t)sizeof(int64_t));
+    if (result == NULL) return NULL;
+    int64_t *counts = (int64_t *)PyBytes_AS_STRING(result);
+    for (int64_t k = 0; k < kept; k++) counts[k] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t a = 0; a < outer; a++)
+        count_lines((const char *)x.address + a * x.strides[0], x.size, x.mask, kept, x.strides[2], reduced,
+                    x.strides[1], counts);
+    Py_END_ALLOW_THREADS
+    return result;
+}

@@ -18,12 +18,13 @@ from typing import Callable
 import torch
 
 from capture import conv_taps
-from capture.native import BIT_FORMATS, _native
+from capture.native import BIT_FORMATS, _native, scan_stats
 
 # The pair count and the ternary check in compiled passes (capture/_native_pairs.c,
 # capture/_native_ternary.c); None without the extension.
 _compiled_pairs = getattr(_native, "nonzero_pairs", None)
 _compiled_ternary = getattr(_native, "ternary", None)
+_compiled_counts = getattr(_native, "nonzero_counts", None)
 
 
 def _conv_geometry(args):
@@ -149,12 +150,34 @@ def one_op(binary_operands, compiled: bool = True):
         _SHARED.clear()
 
 
+def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
+    """_spatial_counts in one compiled pass, where x's positions merge into one strided axis
+    (contiguous and channels_last do); None elsewhere."""
+    fmt = BIT_FORMATS.get(x.dtype)
+    if (_compiled_counts is None or not _SHARED.get("compiled", True) or fmt is None or x.dim() < 3
+            or x.device.type != "cpu" or x.layout is not torch.strided or x.is_meta):
+        return None
+    shape, strides = tuple(x.shape), tuple(x.stride())
+    axes = [d for d in range(2, x.dim()) if shape[d] != 1]  # a size-1 axis is never stepped
+    for outer, inner in zip(axes, axes[1:]):  # each position axis steps over the next one whole
+        if strides[outer] != shape[inner] * strides[inner]:
+            return None
+    positions = 1
+    for size in shape[2:]:
+        positions *= size
+    step = strides[axes[-1]] if axes else 1
+    counts = _compiled_counts((x.data_ptr() if x.numel() else 0, fmt[0], fmt[1], (shape[0], shape[1], positions),
+                               (strides[0], strides[1], step)))
+    return torch.frombuffer(bytearray(counts), dtype=torch.int64).double().reshape(shape[2:])
+
+
 def _spatial_counts(x: torch.Tensor) -> torch.Tensor:
     """nnz(x[:, :, p]) for every position p, in float64. Summing a 0/1 input is one pass, 8x
     faster than counting; exact in float32 while no count can pass 2**24."""
     if _SHARED.get("binary", (None,))[0] is True and x.shape[0] * x.shape[1] < 2**24:
-        return x.sum(dim=(0, 1), dtype=torch.float32).double()
-    return _count_nonzero(x, (0, 1)).double()
+        return x.sum(dim=(0, 1), dtype=torch.float32).double()  # torch's threaded sum: the fastest
+    compiled = _compiled_spatial_counts(x)  # else 3-5x faster than a compare, a cast and a sum
+    return compiled if compiled is not None else _count_nonzero(x, (0, 1)).double()
 
 
 def _input_taps(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, transposed, output_padding):
@@ -185,7 +208,17 @@ def _dense(w: torch.Tensor) -> bool:
     per optimizer step), any other device weight is taken as sparse (the general path)."""
     if w.device.type != "cpu" and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
         return False
-    return _per_version(w, "dense", lambda v: int(torch.count_nonzero(v)) == v.numel())
+    return _per_version(w, "dense", lambda v: _nonzero_total(v) == v.numel())
+
+
+def _nonzero_total(t: torch.Tensor) -> int:
+    """count_nonzero(t): on CPU by the compiled scan (the fast path native_operand_statistics),
+    the same count; a weight's, once per optimizer step for each convolution."""
+    if t.device.type == "cpu" and _SHARED.get("compiled", True):
+        stats = scan_stats(t) if t.layout is torch.strided and not t.is_meta else None
+        if stats is not None:
+            return stats[0]
+    return int(torch.count_nonzero(t))
 
 
 def _as_batched(t: torch.Tensor) -> tuple | None:

@@ -387,3 +387,36 @@ def test_the_compiled_ternary_check_equals_the_definition(case):
     assert op_statistics._ternary(x) == want
     with op_statistics.one_op((None,), compiled=False):  # the fast path off: torch's ops
         assert float(op_statistics._ternary(x)) == want
+
+
+def _spatial_cases():
+    torch.manual_seed(2)
+    analog = torch.randn(4, 8, 5, 6).relu()
+    return {
+        "spikes": (torch.rand(4, 8, 5, 6) > 0.7).float(),
+        "analog": analog,
+        "channels_last": analog.to(memory_format=torch.channels_last),
+        "conv1d input": torch.randn(3, 4, 7).relu(),
+        "conv3d input": torch.randn(2, 3, 4, 5, 6).relu(),
+        "rows sliced (falls back)": torch.randn(4, 8, 10, 6).relu()[:, :, ::2],
+        "a size-1 axis between sliced ones (falls back)": torch.randn(4, 8, 10, 1, 6).relu()[:, :, ::2],
+        "batch and channels swapped": torch.randn(8, 4, 5, 6).relu().transpose(0, 1),
+        "half": analog.half(),
+        "nan and -0.0": torch.tensor([[[float("nan"), -0.0, 1.0]]]),
+        "empty batch": torch.randn(0, 3, 4, 4),
+    }
+
+
+@pytest.mark.parametrize("case", list(_spatial_cases()))
+def test_the_compiled_spatial_counts_equal_the_definition(case):
+    # A convolution input's nonzeros per position over batch and channels (conv spike taps).
+    from capture import op_statistics
+
+    x = _spatial_cases()[case]
+    want = (x != 0).double().sum(dim=(0, 1))
+    got = op_statistics._compiled_spatial_counts(x)
+    if "falls back" in case or op_statistics._compiled_counts is None:
+        assert got is None
+    else:
+        assert got.dtype == torch.float64 and torch.equal(got, want)
+    assert torch.equal(op_statistics._spatial_counts(x), want)
