@@ -174,8 +174,9 @@ class OpPlan:
         self.may_decompose = may_decompose(func)
         # Positional operands whose statistics the "synaptic" level takes (all: empty here).
         self.wanted = frozenset(SYNAPTIC_LEVEL_OPERANDS.get(name, ()) if synaptic_level else ())
-        # The compiled record takes its plain calls: no collective, no per-op scalars.
-        self.native = not self.collective and not self.statistics
+        # The compiled record takes its plain calls (no collective); per-op scalars are taken
+        # after it, in Python (OpLog.took_natively).
+        self.native = not self.collective
         self.native_propagation = compiled_propagation(name, self.propagate)
 
 
@@ -220,9 +221,21 @@ class OpLog:
             self.record_in_python(plan, func, args, kwargs, out)
 
     def took_natively(self, plan: OpPlan, args, kwargs, out) -> bool:
-        """Whether the compiled record took this call (it changes nothing when it does not)."""
-        return plan.native and self.native is not None and self.native.record(
-            plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args, kwargs, out) >= 0
+        """Whether the compiled record took this call (it changes nothing when it does not).
+        An op with per-op scalars (mm, addmm, convolution...) has them taken here after it,
+        as record_in_python takes them after its rows: the same op_stats rows, the event's
+        seq; the compiled record has already flushed if its buffers were full, so they may
+        land in the next part, beside their event's neuron memories (parts are one table)."""
+        if not plan.native or self.native is None:
+            return False
+        seq = self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args,
+                                 kwargs, out)
+        if seq < 0:
+            return False
+        if plan.statistics:
+            with excluded_from_modes():  # as in record_in_python
+                self.scalars.take(plan.name, seq, args, out)
+        return True
 
     def record_in_python(self, plan: OpPlan, func, args, kwargs, out) -> None:
         context = self.context
