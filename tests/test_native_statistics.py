@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+
 def _pairs_by_torch(x, y):
     # NeuroBench's pair count as the definition reads: for each inner index k, the nonzeros of
     # x's column k times those of y's row k (per batch), summed; in float64 (exact here).
