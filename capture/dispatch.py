@@ -223,9 +223,10 @@ class OpLog:
     def took_natively(self, plan: OpPlan, args, kwargs, out) -> bool:
         """Whether the compiled record took this call (it changes nothing when it does not).
         An op with per-op scalars (mm, addmm, convolution...) has them taken here after it,
-        as record_in_python takes them after its rows: the same op_stats rows, the event's
-        seq; the compiled record has already flushed if its buffers were full, so they may
-        land in the next part, beside their event's neuron memories (parts are one table)."""
+        as record_in_python takes them after its rows: the same op_stats rows, on the event's
+        seq. The compiled record has already flushed if its buffers were full, so these rows
+        may be written by the next flush rather than with their event, as rows appended during
+        a flush are; readers join the tables by seq across all parts."""
         if not plan.native or self.native is None:
             return False
         seq = self.native.record(plan.name, plan.written_positions, plan.wanted, plan.native_propagation, args,

@@ -17,8 +17,9 @@ FAST_PATHS = {
     "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/propagation.py)",
     "native_statistics": "nnz/is01 of a CPU tensor by the compiled one-pass scan (capture/native.py), "
                          "where the install built it",
-    "native_operand_statistics": "NeuroBench's nonzero-pair counts (mm, bmm, addmm, linear) and ternary input "
-                                 "checks in compiled passes (capture/_native_pairs.c, capture/_native_ternary.c) "
+    "native_operand_statistics": "NeuroBench's nonzero-pair counts (mm, bmm, addmm, linear), ternary input checks, "
+                                 "a convolution input's nonzeros per position and a weight's dense check in "
+                                 "compiled passes (capture/_native_pairs.c, capture/_native_ternary.c, the scan) "
                                  "instead of a few torch ops each",
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
                      "in compiled code (capture/_native_record.c)",

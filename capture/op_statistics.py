@@ -165,6 +165,8 @@ def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
     positions = 1
     for size in shape[2:]:
         positions *= size
+    if positions == 0:  # no position to count (torch.frombuffer refuses an empty buffer)
+        return torch.zeros(shape[2:], dtype=torch.float64)
     step = strides[axes[-1]] if axes else 1
     counts = _compiled_counts((x.data_ptr() if x.numel() else 0, fmt[0], fmt[1], (shape[0], shape[1], positions),
                                (strides[0], strides[1], step)))

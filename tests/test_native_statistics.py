@@ -116,6 +116,7 @@ def _spatial_cases():
         "half": analog.half(),
         "nan and -0.0": torch.tensor([[[float("nan"), -0.0, 1.0]]]),
         "empty batch": torch.randn(0, 3, 4, 4),
+        "no positions": torch.randn(2, 3, 0, 4),
     }
 
 
