@@ -65,8 +65,12 @@ typedef struct {
 static int parse_operand(PyObject *args, Py_ssize_t at, Operand3 *o) {
     unsigned long long address, mask;
     long long size;
-    PyObject *shape, *strides;
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(args, at), "KLKOO", &address, &size, &mask, &shape, &strides)) return -1;
+    PyObject *shape, *strides, *operand = PyTuple_GET_ITEM(args, at);
+    if (!PyTuple_Check(operand)) {
+        PyErr_SetString(PyExc_TypeError, "an operand is a tuple (address, element_size, mask, shape, strides)");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(operand, "KLKOO", &address, &size, &mask, &shape, &strides)) return -1;
     if (!PyTuple_Check(shape) || !PyTuple_Check(strides) || PyTuple_GET_SIZE(shape) != 3 ||
         PyTuple_GET_SIZE(strides) != 3) {
         PyErr_SetString(PyExc_ValueError, "nonzero_pairs: shape and strides must be 3-tuples");
