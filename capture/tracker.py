@@ -48,14 +48,19 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from torch.autograd.graph import _get_grad_fn_or_grad_acc, register_multi_grad_hook
+from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+try:  # the node a tensor's grad goes through (private to torch; register_multi_grad_hook's own)
+    from torch.autograd.graph import _get_grad_fn_or_grad_acc
+except ImportError:  # a torch without it: every hold takes the multi-grad hook
+    _get_grad_fn_or_grad_acc = None
+
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
-SINGLE_TENSOR_HOOKS = True
+SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
