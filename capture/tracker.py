@@ -55,12 +55,12 @@ from torch.utils.module_tracker import ModuleTracker
 
 try:  # the node a tensor's grad goes through (private to torch; register_multi_grad_hook's own)
     from torch.autograd.graph import _get_grad_fn_or_grad_acc
-except ImportError:  # a torch without it: every hold takes the multi-grad hook
+except ImportError:  # a torch without it (or the check below): every hold takes the multi-grad hook
     _get_grad_fn_or_grad_acc = None
 
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
-SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None
+SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None and hasattr(torch._C, "_will_engine_execute_node")
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
