@@ -17,10 +17,7 @@
  *   tensor is scanned.
  */
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-
-#define MAX_DIMS 64
+#include "_native.h"
 #define RELEASE_GIL_FROM 65536 /* elements: below this the GIL round trip costs more than it frees */
 
 typedef struct {
@@ -146,7 +143,7 @@ DEFINE_NONZERO_ROW(nonzero64, uint64_t, (int64_t)1 << 40)
 
 typedef void (*RowFunction)(const char *, int64_t, int64_t, uint64_t, uint64_t, Counts *);
 
-static int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char *what) {
+int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char *what) {
     PyObject *fast = PySequence_Fast(sequence, what);
     if (fast == NULL) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);

@@ -4,10 +4,7 @@
  * `(x == 0) | (x.abs() == 1)` says for every value (-0.0 is 0, NaN and inf are neither), in
  * one pass that stops at the first other value: most analog tensors stop at their first
  * element, where the Python path runs five small ops (about 60 us). */
-#include <Python.h>
-#include <stdint.h>
-
-#define TERNARY_MAX_DIMS 64
+#include "_native.h"
 
 #define DEFINE_LINE(NAME, TYPE)                                                                         \
     static int NAME(const char *base, int64_t n, int64_t step, uint64_t mask, uint64_t one,            \
@@ -42,24 +39,24 @@ PyObject *native_ternary(PyObject *Py_UNUSED(self), PyObject *args) {
     long long size;
     int minus_one;
     PyObject *shape_object, *strides_object;
-    if (!PyArg_ParseTuple(args, "KLKKpO!O!:ternary", &address, &size, &mask, &one, &minus_one, &PyTuple_Type,
-                          &shape_object, &PyTuple_Type, &strides_object))
+    if (!PyArg_ParseTuple(args, "KLKKpOO:ternary", &address, &size, &mask, &one, &minus_one, &shape_object,
+                          &strides_object))
         return NULL;
-    Py_ssize_t ndim = PyTuple_GET_SIZE(shape_object);
-    if (ndim > TERNARY_MAX_DIMS || PyTuple_GET_SIZE(strides_object) != ndim) {
-        PyErr_SetString(PyExc_ValueError, "ternary: shape and strides differ in length, or too many dimensions");
+    int64_t shape[MAX_DIMS], steps[MAX_DIMS], index[MAX_DIMS] = {0};
+    Py_ssize_t ndim, nsteps;
+    if (read_int64s(shape_object, shape, &ndim, "ternary: shape") < 0 ||
+        read_int64s(strides_object, steps, &nsteps, "ternary: strides") < 0)
+        return NULL;
+    if (nsteps != ndim) {
+        PyErr_Format(PyExc_ValueError, "ternary: %zd dimensions but %zd strides", ndim, nsteps);
         return NULL;
     }
     if (size != 1 && size != 2 && size != 4 && size != 8) {
         PyErr_Format(PyExc_ValueError, "ternary: element size %lld", size);
         return NULL;
     }
-    int64_t shape[TERNARY_MAX_DIMS], steps[TERNARY_MAX_DIMS], index[TERNARY_MAX_DIMS] = {0};
     int64_t numel = 1;
     for (Py_ssize_t d = 0; d < ndim; d++) {
-        shape[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape_object, d));
-        steps[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides_object, d));
-        if (PyErr_Occurred()) return NULL;
         if (shape[d] < 0) {
             PyErr_SetString(PyExc_ValueError, "ternary: negative size");
             return NULL;
