@@ -27,6 +27,15 @@ _compiled_ternary = getattr(_native, "ternary", None)
 _compiled_counts = getattr(_native, "nonzero_counts", None)
 
 
+def _compiled_format(t: torch.Tensor, kernel) -> tuple | None:
+    """t's bit format (capture/native.py BIT_FORMATS) where `kernel` may read its memory: the
+    kernel built, the fast path on, a CPU strided tensor of a known dtype; else None."""
+    if kernel is None or not _SHARED.get("compiled", True) or t.device.type != "cpu" \
+            or t.layout is not torch.strided or t.is_meta:
+        return None
+    return BIT_FORMATS.get(t.dtype)
+
+
 def _conv_geometry(args):
     """(x, w, stride, padding, dilation, transposed, output_padding, groups) of
     aten.convolution, or of an undecomposed aten.conv1d/2d/3d (.default or .padding: input,
@@ -153,9 +162,8 @@ def one_op(binary_operands, compiled: bool = True):
 def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
     """_spatial_counts in one compiled pass, where x's positions merge into one strided axis
     (contiguous and channels_last do); None elsewhere."""
-    fmt = BIT_FORMATS.get(x.dtype)
-    if (_compiled_counts is None or not _SHARED.get("compiled", True) or fmt is None or x.dim() < 3
-            or x.device.type != "cpu" or x.layout is not torch.strided or x.is_meta):
+    fmt = _compiled_format(x, _compiled_counts)
+    if fmt is None or x.dim() < 3:
         return None
     shape, strides = tuple(x.shape), tuple(x.stride())
     axes = [d for d in range(2, x.dim()) if shape[d] != 1]  # a size-1 axis is never stepped
@@ -216,18 +224,17 @@ def _dense(w: torch.Tensor) -> bool:
 def _nonzero_total(t: torch.Tensor) -> int:
     """count_nonzero(t): on CPU by the compiled scan (the fast path native_operand_statistics),
     the same count; a weight's, once per optimizer step for each convolution."""
-    if t.device.type == "cpu" and _SHARED.get("compiled", True):
-        stats = scan_stats(t) if t.layout is torch.strided and not t.is_meta else None
-        if stats is not None:
-            return stats[0]
+    stats = scan_stats(t) if _compiled_format(t, _native) is not None else None
+    if stats is not None:
+        return stats[0]
     return int(torch.count_nonzero(t))
 
 
 def _as_batched(t: torch.Tensor) -> tuple | None:
     """(address, element size, nonzero mask, (B, rows, columns), strides) of a CPU strided 2-D
     or 3-D tensor of a known format, for the compiled pair count; None for anything else."""
-    fmt = BIT_FORMATS.get(t.dtype)
-    if fmt is None or t.device.type != "cpu" or t.layout is not torch.strided or t.is_meta or t.dim() not in (2, 3):
+    fmt = _compiled_format(t, _compiled_pairs)
+    if fmt is None or t.dim() not in (2, 3):
         return None
     # The format's mask, whatever its 0/1-by-type flag: nonzero is nonzero (a negated view,
     # is_neg, holds the same nonzeros as its memory).
@@ -240,7 +247,7 @@ def _as_batched(t: torch.Tensor) -> tuple | None:
 def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
     # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS).
-    if _compiled_pairs is not None and _SHARED.get("compiled", True) and x.dim() == y.dim():
+    if x.dim() == y.dim():
         operands = (_as_batched(x), _as_batched(y))
         pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64
         if pairs is not None:
@@ -285,9 +292,8 @@ def _ternary(x: torch.Tensor):
     if x.dtype == torch.bool or x.numel() == 0:
         return 1.0
     if x.device.type == "cpu":
-        fmt = BIT_FORMATS.get(x.dtype)
-        if _compiled_ternary is not None and _SHARED.get("compiled", True) and fmt is not None \
-                and x.layout is torch.strided and not x.is_meta:
+        fmt = _compiled_format(x, _compiled_ternary)
+        if fmt is not None:
             # -1 is all bits set in a signed integer; a float's -1 is its 1 under the sign mask
             minus_one = x.dtype.is_signed and not x.dtype.is_floating_point
             return float(_compiled_ternary(x.data_ptr(), fmt[0], fmt[1], fmt[2], minus_one, tuple(x.shape),
