@@ -29,7 +29,7 @@ typedef struct {
  * block are kept in integers as wide as the elements (the block is short enough that they
  * cannot wrap), so the compiler vectorises the contiguous loop: one compare per lane. */
 #define DEFINE_ROW(NAME, TYPE, BLOCK)                                                        \
-    static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
+    VECTOR_CLONES static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
                      uint64_t one_bits, Counts *c) {                                          \
         const TYPE *p = (const TYPE *)base;                                                   \
         const TYPE mask = (TYPE)zero_mask, one = (TYPE)one_bits;                              \
@@ -38,7 +38,7 @@ typedef struct {
             int64_t end = start + (BLOCK) < n ? start + (BLOCK) : n;                           \
             TYPE block_zeros = 0, block_ones = 0;                                             \
             if (stride == 1) {                                                                \
-                for (int64_t i = start; i < end; i++) {                                       \
+                SCAN_UNROLL for (int64_t i = start; i < end; i++) {                                       \
                     TYPE v = p[i];                                                            \
                     block_zeros += (TYPE)((v & mask) == 0);                                   \
                     block_ones += (TYPE)(v == one);                                           \
@@ -64,7 +64,7 @@ DEFINE_ROW(row32, uint32_t, 1 << 30)
 /* 64-bit elements as two 32-bit halves (low word first): baseline x86-64 has no 64-bit
  * vector compare, 32-bit lanes it has. Zero: no masked bit set in either half; one: both
  * halves equal the pattern's. */
-static void row64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
+VECTOR_CLONES static void row64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
     const uint32_t *p = (const uint32_t *)base;
     const uint32_t mask_low = (uint32_t)zero_mask, mask_high = (uint32_t)(zero_mask >> 32);
     const uint32_t one_low = (uint32_t)one_bits, one_high = (uint32_t)(one_bits >> 32);
@@ -99,7 +99,7 @@ DEFINE_ROW(row64, uint64_t, (int64_t)1 << 40)
 /* The same rows counting only non-zero elements: for a tensor whose first element is neither
  * 0 nor 1 (so it is not 0/1 whatever follows), one compare per element instead of two. */
 #define DEFINE_NONZERO_ROW(NAME, TYPE, BLOCK)                                                \
-    static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
+    VECTOR_CLONES static void NAME(const char *base, int64_t n, int64_t stride, uint64_t zero_mask,         \
                      uint64_t one_bits, Counts *c) {                                          \
         const TYPE *p = (const TYPE *)base;                                                   \
         const TYPE mask = (TYPE)zero_mask;                                                    \
@@ -109,7 +109,7 @@ DEFINE_ROW(row64, uint64_t, (int64_t)1 << 40)
             int64_t end = start + (BLOCK) < n ? start + (BLOCK) : n;                           \
             TYPE block_zeros = 0;                                                             \
             if (stride == 1) {                                                                \
-                for (int64_t i = start; i < end; i++) block_zeros += (TYPE)((p[i] & mask) == 0);  \
+                SCAN_UNROLL for (int64_t i = start; i < end; i++) block_zeros += (TYPE)((p[i] & mask) == 0);  \
             } else {                                                                          \
                 for (int64_t i = start; i < end; i++) block_zeros += (TYPE)((p[i * stride] & mask) == 0); \
             }                                                                                 \
@@ -122,7 +122,7 @@ DEFINE_NONZERO_ROW(nonzero8, uint8_t, 255)
 DEFINE_NONZERO_ROW(nonzero16, uint16_t, 65535)
 DEFINE_NONZERO_ROW(nonzero32, uint32_t, 1 << 30)
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-static void nonzero64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
+VECTOR_CLONES static void nonzero64(const char *base, int64_t n, int64_t stride, uint64_t zero_mask, uint64_t one_bits, Counts *c) {
     const uint32_t *p = (const uint32_t *)base; /* 32-bit halves, as row64 */
     const uint32_t mask_low = (uint32_t)zero_mask, mask_high = (uint32_t)(zero_mask >> 32);
     const int64_t step = 2 * stride;
