@@ -1,6 +1,6 @@
 /* The parts of an event the compiled record writes (capture/_native_record.c): the appends
  * into the buffers, the interning keys of its positional and keyword arguments, and its
- * context tuple (capture/dispatch.py's $context). */
+ * context tuples (capture/dispatch.py's $stage and $where). */
 #include "_native_record.h"
 
 int call_append(PyObject *appends, Py_ssize_t i, PyObject *value) {
@@ -130,10 +130,12 @@ Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a) {
     return n;
 }
 
-/* The context tuple of this event (capture/dispatch.py's $context), a new reference. */
-PyObject *event_context(OpRecorder *self) {
+/* The event's $stage and $where tuples (new references) into *stage_out and *where_out:
+ * 0, or -1 with an exception set. */
+int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out) {
     PyObject *stage = NULL, *step = NULL, *grad = NULL, *task = NULL, *recompute = NULL, *thread = NULL,
-             *scope = NULL, *key = NULL, *result = NULL;
+             *scope = NULL, *key = NULL;
+    int result = -1;
     stage = PyObject_GetAttr(self->context, s_current_stage);
     if (stage == NULL) goto done;
     step = PyObject_GetAttr(self->context, s_step_index);
@@ -190,24 +192,45 @@ PyObject *event_context(OpRecorder *self) {
     int same = self->context_key != NULL ? PyObject_RichCompareBool(key, self->context_key, Py_EQ) : 0;
     if (same < 0) goto done;
     if (!same) {
-        PyObject *tuple;
-        if (stage == Py_None) {
-            tuple = PyTuple_Pack(9, step, Py_None, s_unlabeled, Py_None, grad, in_backward, thread, scope, recompute);
-        } else {
-            PyObject *stage_id = PyObject_GetAttr(stage, s_stage_id);
-            PyObject *name = stage_id ? PyObject_GetAttr(stage, s_name) : NULL;
-            PyObject *phase = name ? PyObject_GetAttr(stage, s_phase) : NULL;
-            tuple = phase ? PyTuple_Pack(9, step, stage_id, name, phase, grad, in_backward, thread, scope, recompute)
-                          : NULL;
-            Py_XDECREF(stage_id);
-            Py_XDECREF(name);
-            Py_XDECREF(phase);
+        /* The stage tuple changes with the stage object or the step only. */
+        PyObject *previous = self->context_key;
+        int same_stage = previous != NULL && PyTuple_GET_ITEM(previous, 0) == stage;
+        if (same_stage) {
+            same_stage = PyObject_RichCompareBool(PyTuple_GET_ITEM(previous, 1), step, Py_EQ);
+            if (same_stage < 0) goto done;
         }
-        if (tuple == NULL) goto done;
-        Py_XSETREF(self->context_tuple, tuple);
+        if (!same_stage) {
+            PyObject *tuple;
+            if (stage == Py_None) {
+                tuple = PyTuple_Pack(4, step, Py_None, s_unlabeled, Py_None);
+            } else {
+                PyObject *stage_id = PyObject_GetAttr(stage, s_stage_id);
+                PyObject *name = stage_id ? PyObject_GetAttr(stage, s_name) : NULL;
+                PyObject *phase = name ? PyObject_GetAttr(stage, s_phase) : NULL;
+                tuple = phase ? PyTuple_Pack(4, step, stage_id, name, phase) : NULL;
+                Py_XDECREF(stage_id);
+                Py_XDECREF(name);
+                Py_XDECREF(phase);
+            }
+            if (tuple == NULL) goto done;
+            Py_XSETREF(self->stage_tuple, tuple);
+        }
+        /* The where tuple, interned with the Python path's (OpLog._wheres) across steps. */
+        PyObject *where = PyTuple_Pack(5, grad, in_backward, thread, scope, recompute);
+        if (where == NULL) goto done;
+        if (PyDict_GET_SIZE(self->wheres) > INTERNED_LIMIT) PyDict_Clear(self->wheres);
+        PyObject *interned = PyDict_SetDefault(self->wheres, where, where);
+        if (interned == NULL) {
+            Py_DECREF(where);
+            goto done;
+        }
+        Py_XSETREF(self->where_tuple, Py_NewRef(interned));
+        Py_DECREF(where);
         Py_XSETREF(self->context_key, Py_NewRef(key));
     }
-    result = Py_NewRef(self->context_tuple);
+    *stage_out = Py_NewRef(self->stage_tuple);
+    *where_out = Py_NewRef(self->where_tuple);
+    result = 0;
 done:
     Py_XDECREF(key);
     Py_XDECREF(scope);

@@ -153,7 +153,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
              *out = argv[6];
     long propagation = PyLong_AsLong(argv[3]);
     if (propagation == -1 && PyErr_Occurred()) return NULL;
-    PyObject *key = NULL, *context = NULL, *call = NULL, *result = NULL, *kwargs_json = NULL;
+    PyObject *key = NULL, *stage = NULL, *where = NULL, *call = NULL, *result = NULL, *kwargs_json = NULL;
     Facts facts[MAX_TENSORS];
     PyObject *slots[MAX_TENSORS];
     int n_tensors = 0, n_facts = 0;
@@ -301,8 +301,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         if (ready < 0) goto done;
         if (ready == 0) goto python;
     }
-    context = event_context(self);
-    if (context == NULL) goto done;
+    if (event_context(self, &stage, &where) < 0) goto done;
     PyObject *args_json = PyDict_GetItemWithError(self->interned_args, key);
     if (args_json == NULL) {
         if (PyErr_Occurred()) goto done;
@@ -347,12 +346,14 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         }
     }
     for (int k = 0; k < n_tensors; k++) {
-        if (append_long(self->use_appends, 0, seq) < 0 || append_long(self->use_appends, 1, k) < 0 ||
-            call_append(self->use_appends, 2, slots[k]) < 0 || append_long(self->use_appends, 3, facts[k].tensor_id) < 0)
+        if (call_append(self->use_appends, 2, slots[k]) < 0 || append_long(self->use_appends, 3, facts[k].tensor_id) < 0)
             goto done;
     }
+    /* The rows' seq and count, once (capture/table_buffer.py BUFFER_RUNS: k is 0, 1, ... in order). */
+    if (n_tensors > 0 && (append_long(self->use_appends, 0, seq) < 0 || append_long(self->use_appends, 1, n_tensors) < 0))
+        goto done;
     if (append_long(self->event_appends, 0, seq) < 0 || call_append(self->event_appends, 1, call) < 0 ||
-        call_append(self->event_appends, 2, context) < 0)
+        call_append(self->event_appends, 2, stage) < 0 || call_append(self->event_appends, 3, where) < 0)
         goto done;
     self->recorded++;
     if (after_event(self, seq) < 0) goto done;
@@ -364,7 +365,8 @@ done:
     clear_facts(facts, n_facts);
     Py_XDECREF(kwargs_json);
     Py_XDECREF(call);
-    Py_XDECREF(context);
+    Py_XDECREF(stage);
+    Py_XDECREF(where);
     Py_XDECREF(key);
     return result;
 }
@@ -380,7 +382,7 @@ static const struct {
     FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind), FIELD(row_kinds), FIELD(forms),
     FIELD(parameter_names), FIELD(interned_args), FIELD(placeholders_json), FIELD(arg_slots), FIELD(out_slot),
     FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(tensors_marker),
-    FIELD(list_slots), FIELD(skipped), FIELD(calls),
+    FIELD(list_slots), FIELD(skipped), FIELD(calls), FIELD(wheres),
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
@@ -411,7 +413,7 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
                             "kwarg_types", "list_slots"};
     PyObject *checks[] = {self->event_appends, self->use_appends, self->row_appends, self->arg_slots, self->out_jsons,
                           self->free_appends, self->kwarg_types, self->list_slots};
-    Py_ssize_t sizes[] = {3, 4, 8, MAX_ARGS, -1, 2, -1, MAX_ARGS};
+    Py_ssize_t sizes[] = {4, 4, 8, MAX_ARGS, -1, 2, -1, MAX_ARGS};
     for (int i = 0; i < 8; i++) {
         if (!PyTuple_CheckExact(checks[i]) || (sizes[i] >= 0 && PyTuple_GET_SIZE(checks[i]) != sizes[i])) {
             PyErr_Format(PyExc_TypeError, "OpRecorder: %s must be a tuple of %zd", tuples[i], sizes[i]);
@@ -419,8 +421,8 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
         }
     }
     PyObject *dicts[] = {self->entries, self->refs, self->kinds, self->row_kinds, self->forms, self->parameter_names,
-                         self->interned_args, self->calls, self->bit_formats, self->interned_kwargs};
-    for (int i = 0; i < 10; i++) {
+                         self->interned_args, self->calls, self->bit_formats, self->interned_kwargs, self->wheres};
+    for (int i = 0; i < 11; i++) {
         if (!PyDict_CheckExact(dicts[i])) {
             PyErr_SetString(PyExc_TypeError, "OpRecorder: its tables must be dicts");
             return -1;
@@ -432,7 +434,8 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
 static int OpRecorder_traverse(OpRecorder *self, visitproc visit, void *arg) {
     for (size_t i = 0; i < N_FIELDS; i++) Py_VISIT(*SLOT(self, i));
     Py_VISIT(self->context_key);
-    Py_VISIT(self->context_tuple);
+    Py_VISIT(self->stage_tuple);
+    Py_VISIT(self->where_tuple);
     Py_VISIT(self->thread_value);
     Py_VISIT(self->scope_generation);
     Py_VISIT(self->scope_value);
@@ -442,7 +445,8 @@ static int OpRecorder_traverse(OpRecorder *self, visitproc visit, void *arg) {
 static int OpRecorder_clear(OpRecorder *self) {
     for (size_t i = 0; i < N_FIELDS; i++) Py_CLEAR(*SLOT(self, i));
     Py_CLEAR(self->context_key);
-    Py_CLEAR(self->context_tuple);
+    Py_CLEAR(self->stage_tuple);
+    Py_CLEAR(self->where_tuple);
     Py_CLEAR(self->thread_value);
     Py_CLEAR(self->scope_generation);
     Py_CLEAR(self->scope_value);

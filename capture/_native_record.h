@@ -32,12 +32,12 @@ typedef struct {
     PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
     PyObject *tensor_marker, *float_marker, *ints_marker, *bool_marker, *skipped;
     PyObject *tensors_marker, *list_slots; /* a tensor list's key head; list_slots[position][item] */
-    PyObject *calls, *tensor_type, *parameter_type, *strided, *bit_formats;
+    PyObject *calls, *wheres, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
     PyObject *thread_index, *scope_id, *storage_pointer;
     PyObject *level; /* 2 full (every state), 1 synaptic (wanted operands only), 0 none */
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
-    PyObject *context_key, *context_tuple;
+    PyObject *context_key, *stage_tuple, *where_tuple; /* the last event's context key and its two tuples */
     long long recorded; /* events this object recorded (the rest went to the Python path) */
     unsigned long thread_ident;           /* the thread whose index is cached */
     PyObject *thread_value;               /* its index */
@@ -85,7 +85,7 @@ PyObject *argument_key(OpRecorder *self, PyObject *a);
 PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);
 Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a);
-PyObject *event_context(OpRecorder *self);
+int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out);
 
 /* _native_state.c: the tensor states */
 void clear_facts(Facts *f, int n);

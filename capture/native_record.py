@@ -41,12 +41,14 @@ def compiled_propagation(name: str, rule) -> int:
     return ARITHMETIC_HANDLING.get(name, PROPAGATE_PYTHON)
 
 
-def native_op_recorder(context, calls: dict, event_appends, use_appends):
+def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_appends):
     """The compiled per-op record (capture/_native_record.c) bound to this recording's
     buffers, registry and interning tables, or None where it does not apply: no extension,
     the fast path `native_record` switched off, or a recording whose per-op work it does not
-    do (statistics kept on the device, or taken by the Python scan). `event_appends` and
-    `use_appends`: OpLog's bound appends of the events and event_tensors columns, in its order."""
+    do (statistics kept on the device, or taken by the Python scan). `calls` and `wheres`:
+    OpLog's interning of call and $where tuples; `event_appends`: its bound appends of the
+    events columns, in its order; `use_appends`: those of event_tensors' run value and run
+    length (capture/table_buffer.py BUFFER_RUNS), then of its per-row $slot and tensor_id."""
     if not native.AVAILABLE or "native_record" not in context.fast_paths or context.defer_statistics \
             or not context.registry.native_scan:
         return None
@@ -67,7 +69,7 @@ def native_op_recorder(context, calls: dict, event_appends, use_appends):
         tensors_marker=arguments._TENSORS, list_slots=tuple(
             tuple(arguments.use_slot("arg", position, None, item) for item in range(MAX_LISTED))
             for position in range(len(arguments._ARG_SLOTS))),
-        skipped=tensors._SKIPPED, calls=calls,
+        skipped=tensors._SKIPPED, calls=calls, wheres=wheres,
         tensor_type=torch.Tensor, parameter_type=torch.nn.Parameter, strided=torch.strided,
         bit_formats=dict(native.BIT_FORMATS), is_grad_enabled=torch.is_grad_enabled,
         graph_task_id=torch._C._current_graph_task_id, in_recomputation=tracker.in_recomputation,

@@ -44,8 +44,8 @@ def _typecode(f: pa.Field, sentinels: dict[str, int]) -> str | None:
 # (the hot paths keep one object per distinct combination): one append and one 8-byte slot a
 # row instead of one per field. A flush converts each distinct tuple once (TableBuffer.to_arrow).
 BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
-    "events": {"$context": ("step", "stage_id", "stage", "phase", "grad_enabled", "in_backward", "thread",
-                            "scope_id", "recompute"),
+    "events": {"$stage": ("step", "stage_id", "stage", "phase"),
+               "$where": ("grad_enabled", "in_backward", "thread", "scope_id", "recompute"),
                "$call": ("op", "args", "kwargs", "out")},
     "event_tensors": {"$slot": ("role", "position", "name", "item")},
     "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device",
@@ -60,6 +60,13 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # Distinct tuples append() keeps per group before it starts over (a bound on the memo, not on the rows).
 INTERNED_PER_GROUP = 65536
+
+# Fields held once per run of consecutive rows instead of once per row: (the field whose value
+# a run shares, the field numbering the rows within their run from 0). An op's event_tensors
+# rows are appended together, so the buffer holds its seq and row count once per event, not a
+# seq and a k per row (2.6 rows an event on a conv net: ~16 B an event less, and two appends
+# less per row); a flush expands them in Arrow (TableBuffer.to_arrow).
+BUFFER_RUNS: dict[str, tuple[str, str]] = {"event_tensors": ("seq", "k")}
 
 
 @contextmanager
@@ -101,9 +108,14 @@ class TableBuffer:
         # Rows dropped from the front so far (written or discarded): a row's number since the
         # buffer began, less this, is its index now (TensorRegistry.pending keeps numbers).
         self.dropped = 0
+        # A table with BUFFER_RUNS: each run's shared value and its row count (appended once
+        # its rows are: a run's rows are complete when the run is), else None.
+        self.runs = BUFFER_RUNS.get(name)
+        self.run_values: array | None = None if self.runs is None else array("q")
+        self.run_lengths: array | None = None if self.runs is None else array("i")
         self.columns: dict[str, list | array] = {}
         for f in schema:
-            if f.name not in grouped:
+            if f.name not in grouped and (self.runs is None or f.name not in self.runs):
                 typecode = _typecode(f, self.sentinels)
                 self.columns[f.name] = [] if typecode is None else array(typecode)
         for group in self.groups:
@@ -111,6 +123,11 @@ class TableBuffer:
         self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
 
     def clear(self) -> None:
+        if self.runs is not None:  # a run may not cover the partial row: forget runs and rows alike
+            del self.run_values[:], self.run_lengths[:]
+            for column in self.columns.values():
+                del column[:]
+            return
         self.drop_first(max(len(column) for column in self.columns.values()))  # a partial row too
 
     def __len__(self) -> int:
@@ -121,11 +138,15 @@ class TableBuffer:
         complete = self.complete_rows()
         for column in self.columns.values():
             del column[complete:]
+        if self.runs is not None:  # and runs past the complete rows (none when rows come first)
+            del self.run_values[self._runs_within(complete):], self.run_lengths[self._runs_within(complete):]
 
     def append(self, **values) -> None:
         """Append one row; for the tables written once per hook or step, not per op (hot paths
         fill columns directly). A group's tuple is interned: equal rows share one object."""
         groups, sentinels = self.groups, self.sentinels
+        if self.runs is not None:
+            self._append_to_run(values.get(self.runs[0]), values.get(self.runs[1]))
         for name, column in self.columns.items():
             members = groups.get(name)
             if members is not None:
@@ -151,11 +172,58 @@ class TableBuffer:
             rows = self.columns[group]
             unzipped = list(zip(*rows)) if rows else [()] * len(members)
             fields.update({member: list(values) for member, values in zip(members, unzipped)})
+        if self.runs is not None:
+            value_field, index_field = self.runs
+            fields[value_field] = [v for v, n in zip(self.run_values, self.run_lengths) for _ in range(n)]
+            fields[index_field] = [k for n in self.run_lengths for k in range(n)]
         return fields
 
     def complete_rows(self) -> int:
-        """Rows every column holds (a row being appended elsewhere is not complete yet)."""
-        return min(len(column) for column in self.columns.values())
+        """Rows every column holds (a row being appended elsewhere is not complete yet), and
+        that a run covers in a table with runs."""
+        rows = min(len(column) for column in self.columns.values())
+        return rows if self.runs is None else min(rows, sum(self.run_lengths))
+
+    def _runs_within(self, rows: int) -> int:
+        """How many runs lie within the first `rows` rows."""
+        if rows >= sum(self.run_lengths):  # a flush of every complete row: no walk
+            return len(self.run_lengths)
+        total = 0
+        for count, length in enumerate(self.run_lengths):
+            total += length
+            if total > rows:
+                return count
+        return len(self.run_lengths)
+
+    def _append_to_run(self, value, index) -> None:
+        """append()'s run fields: row `index` of the last run, or row 0 of a new one."""
+        if self.run_lengths and self.run_values[-1] == value and self.run_lengths[-1] == index:
+            self.run_lengths[-1] += 1
+        elif index == 0:
+            self.run_values.append(value)
+            self.run_lengths.append(1)
+        else:
+            raise ValueError(f"{self.name}: row {self.runs[1]}={index} of {self.runs[0]}={value} "
+                             f"does not follow the rows before it")
+
+    def _run_arrays(self, rows: int) -> dict[str, pa.Array]:
+        """The run fields of the first `rows` rows, expanded: each run's value repeated over its
+        rows, and each row's number within its run (run-end decoding, in Arrow)."""
+        value_field, index_field = self.runs
+        taken = self._runs_within(rows)
+        lengths = pa.Array.from_buffers(pa.int32(), taken, [None, pa.py_buffer(self.run_lengths.tobytes())])
+        values = pa.Array.from_buffers(pa.int64(), taken, [None, pa.py_buffer(self.run_values.tobytes())])
+        if sum(self.run_lengths[:taken]) != rows:
+            raise AssertionError(f"{self.name}: {rows} rows end inside a run")
+        if rows == 0:
+            return {value_field: pa.array([], pa.int64()).cast(self.schema.field(value_field).type),
+                    index_field: pa.array([], self.schema.field(index_field).type)}
+        ends = pc.cumulative_sum(lengths)
+        starts = pc.subtract(ends, lengths)
+        decode = lambda per_run: pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, per_run))  # noqa: E731
+        row_numbers = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), rows)), 1)
+        return {value_field: decode(values).cast(self.schema.field(value_field).type),
+                index_field: pc.subtract(row_numbers, decode(starts)).cast(self.schema.field(index_field).type)}
 
     def to_arrow(self, rows: int) -> pa.Table:
         """The first `rows` rows (complete_rows() when the flush began) as an Arrow table.
@@ -166,11 +234,16 @@ class TableBuffer:
             grouped = {}
             for group, members in self.groups.items():
                 grouped.update(self._group_arrays(self.columns[group][:rows], members))
+            if self.runs is not None:
+                grouped.update(self._run_arrays(rows))
             arrays = [grouped[f.name] if f.name in grouped else self._column_array(f, rows) for f in self.schema]
             return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def drop_first(self, rows: int) -> None:
         """Forget the first `rows` rows, once they are written (in place: hot paths hold these lists)."""
+        if self.runs is not None:
+            taken = self._runs_within(rows)
+            del self.run_values[:taken], self.run_lengths[:taken]
         for column in self.columns.values():
             del column[:rows]
         self.dropped += rows
@@ -207,7 +280,7 @@ class TableBuffer:
         hold it (an interned group tuple, shape or argument string), so each row is charged its
         size over the references to it (sys.getrefcount, less the ones this count makes): an
         interned tuple in every row costs a pointer, one of its own its whole size."""
-        total = 0
+        total = 0 if self.runs is None else sys.getsizeof(self.run_values) + sys.getsizeof(self.run_lengths)
         for column in self.columns.values():
             total += sys.getsizeof(column)
             if not isinstance(column, array) and column:

@@ -131,3 +131,67 @@ def test_clear_drops_a_partial_row_too_and_counts_what_it_dropped():
     buffer.clear()
     assert all(len(column) == 0 for column in buffer.columns.values())
     assert buffer.dropped == 4
+
+
+def _use_row(seq: int, k: int) -> dict:
+    return dict(seq=seq, k=k, role="arg", position=k, name=None, item=None, tensor_id=100 * seq + k)
+
+
+def _fill_uses(buffer: TableBuffer, counts: dict[int, int]) -> list[dict]:
+    """Events `seq` with `counts[seq]` tensors each, appended as the per-op paths do: the rows'
+    slot and tensor id, then the event's seq and row count once (an event with none: no run)."""
+    rows = []
+    for seq, count in counts.items():
+        for k in range(count):
+            row = _use_row(seq, k)
+            buffer.columns["$slot"].append((row["role"], row["position"], row["name"], row["item"]))
+            buffer.columns["tensor_id"].append(row["tensor_id"])
+            rows.append(row)
+        if count:
+            buffer.run_values.append(seq)
+            buffer.run_lengths.append(count)
+    return rows
+
+
+def test_event_tensor_runs_expand_to_each_rows_seq_and_k():
+    # Events 5..9 with 3, 1, 0, 2 and 4 tensors: the buffer holds 4 runs, the table 10 rows whose
+    # seq repeats per event and whose k counts 0, 1, ... within it, as the rows were appended.
+    buffer = TableBuffer("event_tensors", TABLES["event_tensors"])
+    rows = _fill_uses(buffer, {5: 3, 6: 1, 7: 0, 8: 2, 9: 4})
+    assert len(buffer) == buffer.complete_rows() == 10 and list(buffer.run_lengths) == [3, 1, 2, 4]
+    assert buffer.to_arrow(10).to_pylist() == rows
+    values = buffer.field_values()
+    assert list(values["seq"]) == [r["seq"] for r in rows] and list(values["k"]) == [r["k"] for r in rows]
+    # a flush of the first two events' rows leaves the rest, still expanding from 0
+    assert buffer.to_arrow(4).to_pylist() == rows[:4]
+    buffer.drop_first(4)
+    assert list(buffer.run_values) == [8, 9] and buffer.to_arrow(6).to_pylist() == rows[4:]
+    with pytest.raises(AssertionError, match="inside a run"):
+        buffer.to_arrow(1)
+
+
+def test_rows_without_their_run_are_not_complete_and_a_partial_event_is_dropped():
+    # an event cut short after two of its rows, before its run was appended: not flushed, and
+    # drop_partial_row removes exactly those two rows
+    buffer = TableBuffer("event_tensors", TABLES["event_tensors"])
+    rows = _fill_uses(buffer, {1: 2})
+    buffer.columns["$slot"].extend([("arg", 0, None, None)] * 2)
+    buffer.columns["tensor_id"].extend([7, 8])
+    assert len(buffer) == 4 and buffer.complete_rows() == 2
+    assert buffer.to_arrow(buffer.complete_rows()).to_pylist() == rows
+    buffer.drop_partial_row()
+    assert len(buffer) == 2 and list(buffer.run_lengths) == [2]
+    buffer.clear()
+    assert len(buffer) == 0 and not buffer.run_values and not buffer.run_lengths
+
+
+def test_append_extends_the_run_of_its_seq_and_names_a_row_that_breaks_it():
+    buffer = TableBuffer("event_tensors", TABLES["event_tensors"])
+    rows = [_use_row(3, 0), _use_row(3, 1), _use_row(4, 0)]
+    for row in rows:
+        buffer.append(**row)
+    assert list(buffer.run_values) == [3, 4] and list(buffer.run_lengths) == [2, 1]
+    assert buffer.to_arrow(3).to_pylist() == rows
+    with pytest.raises(ValueError, match=r"event_tensors: row k=5 of seq=4"):
+        buffer.append(**_use_row(4, 5))
+
