@@ -17,6 +17,8 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capture.flat_lists import FlatIntLists
+
 try:  # the compiled grouping of a flush (capture/_native.c); the Python one does the same, slower
     from capture._native import identity_codes
 except ImportError:
@@ -60,6 +62,9 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # Distinct tuples append() keeps per group before it starts over (a bound on the memo, not on the rows).
 INTERNED_PER_GROUP = 65536
+
+# list<int64> fields held flat (capture/flat_lists.py): a module hook's tensor ids.
+FLAT_LISTS: dict[str, tuple[str, ...]] = {"module_events": ("inputs", "outputs", "kwarg_inputs")}
 
 # Fields held once per run of consecutive rows instead of once per row: (the field whose value
 # a run shares, the field numbering the rows within their run from 0). An op's event_tensors
@@ -114,8 +119,11 @@ class TableBuffer:
         self.run_values: array | None = None if self.runs is None else array("q")
         self.run_lengths: array | None = None if self.runs is None else array("i")
         self.columns: dict[str, list | array] = {}
+        flat = FLAT_LISTS.get(name, ())
         for f in schema:
-            if f.name not in grouped and (self.runs is None or f.name not in self.runs):
+            if f.name in flat:
+                self.columns[f.name] = FlatIntLists()
+            elif f.name not in grouped and (self.runs is None or f.name not in self.runs):
                 typecode = _typecode(f, self.sentinels)
                 self.columns[f.name] = [] if typecode is None else array(typecode)
         for group in self.groups:
@@ -167,7 +175,8 @@ class TableBuffer:
     def field_values(self) -> dict[str, list | array]:
         """Every field's values in row order, groups unzipped into their fields (tests and
         tools; the writer uses to_arrow, which unzips each distinct group tuple once)."""
-        fields = {name: column for name, column in self.columns.items() if name not in self.groups}
+        fields = {name: column.rows() if isinstance(column, FlatIntLists) else column
+                  for name, column in self.columns.items() if name not in self.groups}
         for group, members in self.groups.items():
             rows = self.columns[group]
             unzipped = list(zip(*rows)) if rows else [()] * len(members)
@@ -250,6 +259,8 @@ class TableBuffer:
 
     def _column_array(self, f: pa.Field, rows: int) -> pa.Array:
         column = self.columns[f.name]
+        if isinstance(column, FlatIntLists):
+            return column.to_arrow(rows, f.type)
         if not isinstance(column, array):
             return pa.array(column[:rows], type=f.type)
         # a copy of its buffer (the array stays resizable), of which the first `rows` values are read
@@ -282,6 +293,9 @@ class TableBuffer:
         interned tuple in every row costs a pointer, one of its own its whole size."""
         total = 0 if self.runs is None else sys.getsizeof(self.run_values) + sys.getsizeof(self.run_lengths)
         for column in self.columns.values():
+            if isinstance(column, FlatIntLists):
+                total += column.nbytes()
+                continue
             total += sys.getsizeof(column)
             if not isinstance(column, array) and column:
                 tail = column[::max(1, len(column) // sample)]

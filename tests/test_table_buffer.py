@@ -9,6 +9,7 @@ from array import array
 import pytest
 
 from capture import table_buffer
+from capture.flat_lists import FlatIntLists
 from capture.table_buffer import TableBuffer, _size
 from schemas.tables import TABLES
 
@@ -25,6 +26,9 @@ def _held_bytes(buffer: TableBuffer) -> int:
     """Each column's storage plus every distinct object its rows hold, each counted once."""
     seen, total = set(), 0
     for column in buffer.columns.values():
+        if isinstance(column, FlatIntLists):  # two arrays, no object per row
+            total += sys.getsizeof(column.values) + sys.getsizeof(column.lengths)
+            continue
         total += sys.getsizeof(column)
         if not isinstance(column, array):
             for value in column:
@@ -195,3 +199,24 @@ def test_append_extends_the_run_of_its_seq_and_names_a_row_that_breaks_it():
     with pytest.raises(ValueError, match=r"event_tensors: row k=5 of seq=4"):
         buffer.append(**_use_row(4, 5))
 
+
+def test_flat_id_lists_round_trip_null_rows_null_items_and_empty_rows():
+    # module_events inputs as hooks write them: a tuple of ids (None for a None tensor) or None
+    buffer = TableBuffer("module_events", TABLES["module_events"])
+    rows = [_hook_row(i) for i in range(6)]
+    rows[1]["inputs"], rows[2]["inputs"], rows[3]["inputs"] = None, (), (7, None, 9)
+    rows[4]["outputs"] = (11,)
+    for row in rows:
+        buffer.append(**row)
+    assert isinstance(buffer.columns["inputs"], FlatIntLists)
+    # the flat values: 0,1 | (null row) | (empty) | 7,null,9 | 4,5 | 5,6
+    assert list(buffer.columns["inputs"].lengths) == [2, -1, 0, 3, 2, 2]
+    table = buffer.to_arrow(6).to_pylist()
+    expected = [None if r is None else list(r) for r in (row["inputs"] for row in rows)]
+    assert [t["inputs"] for t in table] == expected
+    assert [t["outputs"] for t in table] == [None, None, None, None, [11], None]
+    assert buffer.field_values()["inputs"] == [row["inputs"] for row in rows]
+    # a written prefix and a partial suffix go as a list column's would
+    buffer.drop_first(2)
+    del buffer.columns["inputs"][3:]
+    assert buffer.columns["inputs"].rows() == [(), (7, None, 9), (4, 5)] and list(buffer.columns["inputs"].values)[-2:] == [4, 5]
