@@ -417,9 +417,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "capture._native",
                                     "Compiled inner loops of capture's per-op path.", -1, methods};
 
 int native_add_record_type(PyObject *module); /* capture/_native_record.c */
+int native_add_column_type(PyObject *module); /* capture/_native_column.c */
 
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && native_add_record_type(m) < 0) Py_CLEAR(m);
+    if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0)) Py_CLEAR(m);
     return m;
 }

@@ -2,9 +2,14 @@
  * into the buffers, the interning keys of its positional and keyword arguments, and its
  * context tuples (capture/dispatch.py's $stage and $where). */
 #include "_native_record.h"
+#include "_native_column.h"
 
 int call_append(PyObject *appends, Py_ssize_t i, PyObject *value) {
     PyObject *append = PyTuple_GET_ITEM(appends, i);
+    if (PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append))) {
+        long long v = PyLong_AsLongLong(value); /* an IntColumn's own append: stored directly */
+        return v == -1 && PyErr_Occurred() ? -1 : int_column_append(PyCFunction_GET_SELF(append), v);
+    }
     /* A list's or an array's own append (a METH_O builtin) is called directly: most of a
      * call through the generic machinery is the machinery. */
     PyObject *r = PyCFunction_Check(append) && PyCFunction_GET_FLAGS(append) == METH_O
@@ -16,6 +21,9 @@ int call_append(PyObject *appends, Py_ssize_t i, PyObject *value) {
 }
 
 int append_long(PyObject *appends, Py_ssize_t i, long long value) {
+    PyObject *append = PyTuple_GET_ITEM(appends, i);
+    if (PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append)))
+        return int_column_append(PyCFunction_GET_SELF(append), value); /* no Python int made */
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
     int r = call_append(appends, i, v);

@@ -23,7 +23,17 @@ try:  # the compiled grouping of a flush (capture/_native.c); the Python one doe
     from capture._native import identity_codes
 except ImportError:
     identity_codes = None
+try:  # the compiled record's integer columns (capture/_native_column.c); array.array without it
+    from capture._native import IntColumn
+except ImportError:
+    IntColumn = None
 
+
+# The tables the compiled record appends to for every op: their integer columns are IntColumns,
+# which it fills with C integers (capture/_native_column.c); other tables keep array.array.
+COMPILED_RECORD_TABLES = frozenset({"events", "event_tensors", "tensors", "tensor_frees"})
+# What an integer column is, either way.
+INT_COLUMN_TYPES = (array,) if IntColumn is None else (array, IntColumn)
 
 # array typecodes by integer width (in bits): a column takes no more bytes a value than its type.
 _TYPECODES = {8: "b", 16: "h", 32: "i", 64: "q"}
@@ -116,8 +126,9 @@ class TableBuffer:
         # A table with BUFFER_RUNS: each run's shared value and its row count (appended once
         # its rows are: a run's rows are complete when the run is), else None.
         self.runs = BUFFER_RUNS.get(name)
-        self.run_values: array | None = None if self.runs is None else array("q")
-        self.run_lengths: array | None = None if self.runs is None else array("i")
+        int_column = IntColumn if IntColumn is not None and name in COMPILED_RECORD_TABLES else array
+        self.run_values = None if self.runs is None else int_column("q")
+        self.run_lengths = None if self.runs is None else int_column("i")
         self.columns: dict[str, list | array] = {}
         flat = FLAT_LISTS.get(name, ())
         for f in schema:
@@ -125,7 +136,7 @@ class TableBuffer:
                 self.columns[f.name] = FlatIntLists()
             elif f.name not in grouped and (self.runs is None or f.name not in self.runs):
                 typecode = _typecode(f, self.sentinels)
-                self.columns[f.name] = [] if typecode is None else array(typecode)
+                self.columns[f.name] = [] if typecode is None else int_column(typecode)
         for group in self.groups:
             self.columns[group] = []
         self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
@@ -261,7 +272,7 @@ class TableBuffer:
         column = self.columns[f.name]
         if isinstance(column, FlatIntLists):
             return column.to_arrow(rows, f.type)
-        if not isinstance(column, array):
+        if not isinstance(column, INT_COLUMN_TYPES):
             return pa.array(column[:rows], type=f.type)
         # a copy of its buffer (the array stays resizable), of which the first `rows` values are read
         width = {1: pa.int8(), 2: pa.int16(), 4: pa.int32()}.get(column.itemsize, pa.int64())
@@ -297,7 +308,7 @@ class TableBuffer:
                 total += column.nbytes()
                 continue
             total += sys.getsizeof(column)
-            if not isinstance(column, array) and column:
+            if not isinstance(column, INT_COLUMN_TYPES) and column:
                 tail = column[::max(1, len(column) // sample)]
                 occurrences: dict[int, int] = {}
                 for value in tail:

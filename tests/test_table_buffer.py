@@ -10,7 +10,7 @@ import pytest
 
 from capture import table_buffer
 from capture.flat_lists import FlatIntLists
-from capture.table_buffer import TableBuffer, _size
+from capture.table_buffer import INT_COLUMN_TYPES, TableBuffer, _size
 from schemas.tables import TABLES
 
 
@@ -30,7 +30,7 @@ def _held_bytes(buffer: TableBuffer) -> int:
             total += sys.getsizeof(column.values) + sys.getsizeof(column.lengths)
             continue
         total += sys.getsizeof(column)
-        if not isinstance(column, array):
+        if not isinstance(column, INT_COLUMN_TYPES):
             for value in column:
                 if id(value) not in seen:
                     seen.add(id(value))

@@ -1,0 +1,100 @@
+"""capture._native.IntColumn (capture/_native_column.c) behaves as array.array does for what the
+buffers do with it, and the record's tables use it: array.array is the oracle."""
+
+from __future__ import annotations
+
+import random
+import sys
+from array import array
+
+import pytest
+
+from capture.table_buffer import COMPILED_RECORD_TABLES, TableBuffer
+from schemas.tables import TABLES
+
+native = pytest.importorskip("capture._native")
+IntColumn = native.IntColumn
+
+WIDTHS = {"b": 8, "h": 16, "i": 32, "q": 64}
+
+
+@pytest.mark.parametrize("typecode", sorted(WIDTHS))
+def test_a_random_sequence_of_buffer_operations_matches_array(typecode):
+    # appends at both ends of the width, extends, prefix and suffix deletes (a flush, a partial
+    # row), item reads and writes (a resolved statistic, a run's length), slices and counts
+    bits = WIDTHS[typecode]
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    rng = random.Random(bits)
+    column, oracle = IntColumn(typecode), array(typecode)
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.5:
+            v = rng.choice([low, high, 0, -1, 1, rng.randint(low, high)])
+            column.append(v), oracle.append(v)
+        elif op < 0.6:
+            values = [rng.randint(low, high) for _ in range(rng.randint(0, 5))]
+            column.extend(values), oracle.extend(values)
+        elif op < 0.65 and oracle:
+            n = rng.randint(0, len(oracle))
+            del column[:n], oracle[:n]
+        elif op < 0.7 and oracle:
+            n = rng.randint(0, len(oracle))
+            del column[n:], oracle[n:]
+        elif op < 0.8 and oracle:
+            i = rng.randint(-len(oracle), len(oracle) - 1)
+            v = rng.randint(low, high)
+            column[i] = v
+            oracle[i] = v
+        assert len(column) == len(oracle)
+        if oracle:
+            i = rng.randint(-len(oracle), len(oracle) - 1)
+            assert column[i] == oracle[i]
+    a, b = sorted(rng.randint(-len(oracle), len(oracle)) for _ in range(2))
+    assert column[a:b] == list(oracle[a:b]) and column[::3] == list(oracle[::3])
+    assert list(column) == list(oracle) and sum(column) == sum(oracle)
+    assert column.tobytes() == oracle.tobytes() and column.itemsize == oracle.itemsize
+    assert column.typecode == typecode and column.count(0) == oracle.count(0) and column.count("x") == 0
+
+
+@pytest.mark.parametrize("typecode", sorted(WIDTHS))
+def test_a_value_past_the_width_is_refused_and_leaves_the_column_as_it_was(typecode):
+    bits = WIDTHS[typecode]
+    column = IntColumn(typecode)
+    column.append(1)
+    too_big, too_small = 1 << (bits - 1), -(1 << (bits - 1)) - 1
+    for bad in (too_big, too_small):
+        with pytest.raises(OverflowError):
+            column.append(bad)
+        with pytest.raises(OverflowError):
+            array(typecode).append(bad)  # the oracle refuses it too
+    with pytest.raises(OverflowError):
+        column.extend([2, 3, too_big])  # all or nothing
+    with pytest.raises(TypeError):
+        column.append("4")
+    assert list(column) == [1]
+
+
+def test_misuse_is_a_clear_error():
+    with pytest.raises(ValueError, match="typecode 'd'"):
+        IntColumn("d")
+    column = IntColumn("q")
+    with pytest.raises(IndexError):
+        column[0]
+    column.append(5)
+    with pytest.raises(TypeError, match="slices"):
+        del column[0]
+    with pytest.raises(TypeError):
+        column[0:1] = [1]
+
+
+def test_the_compiled_records_tables_hold_int_columns_and_report_their_memory():
+    for name in COMPILED_RECORD_TABLES:
+        buffer = TableBuffer(name, TABLES[name])
+        ints = [c for c in buffer.columns.values() if not isinstance(c, list)]
+        assert ints and all(isinstance(c, IntColumn) for c in ints), name
+    column = IntColumn("q")
+    column.extend(range(10_000))
+    # its items are counted in its size, as an array's are (the writer bounds what it holds)
+    assert sys.getsizeof(column) >= 8 * 10_000 and sys.getsizeof(column) < 8 * 10_000 * 1.25 + 1024
+    del column[:9_990]
+    assert sys.getsizeof(column) < 8 * 10_000 / 2  # a flushed buffer gives its memory back
