@@ -20,6 +20,19 @@ int call_append(PyObject *appends, Py_ssize_t i, PyObject *value) {
     return 0;
 }
 
+PyObject *stats_tuple(long long nnz, PyObject *is01) {
+    PyObject *count = PyLong_FromLongLong(nnz);
+    if (count == NULL) return NULL;
+    PyObject *pair = PyTuple_New(2); /* not Py_BuildValue: its format parsing cost more than the tuple */
+    if (pair == NULL) {
+        Py_DECREF(count);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, count);
+    PyTuple_SET_ITEM(pair, 1, Py_NewRef(is01));
+    return pair;
+}
+
 int append_long(PyObject *appends, Py_ssize_t i, long long value) {
     PyObject *append = PyTuple_GET_ITEM(appends, i);
     if (PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append)))

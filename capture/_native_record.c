@@ -252,7 +252,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                     inherit.source_numel = shape_numel(out_shape); /* the output holds every part's elements */
                     Py_DECREF(out_shape);
                     if (inherit.source_numel < 0) goto done;
-                    if ((derived = Py_BuildValue("(LO)", nnz, binary ? Py_True : Py_False)) == NULL) goto done;
+                    if ((derived = stats_tuple(nnz, binary ? Py_True : Py_False)) == NULL) goto done;
                     inherit.source_stats = derived;
                 }
             } else if (propagation == PROPAGATE_BINARY_CAST || propagation == PROPAGATE_NEGATE) {
@@ -263,7 +263,7 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
                     if (propagation == PROPAGATE_NEGATE) {
                         long long nnz = PyLong_AsLongLong(PyTuple_GET_ITEM(source, 0));
                         if (nnz == -1 && PyErr_Occurred()) goto done;
-                        if ((derived = Py_BuildValue("(LO)", nnz, nnz == 0 ? Py_True : Py_False)) == NULL) goto done;
+                        if ((derived = stats_tuple(nnz, nnz == 0 ? Py_True : Py_False)) == NULL) goto done;
                         source = derived;
                     }
                     inherit.source_stats = source;

@@ -74,7 +74,7 @@ static int with_scalar(int propagation, PyObject *args, PyObject *kwargs, const 
      * any other number, the product's rounding in x's dtype (subnormals, flush-to-zero) is the
      * Python rule's to compute (_unit_product). */
     int zero = equals(c, 0);
-    if (zero == RULE_APPLIES) return give(stats, Py_BuildValue("(LO)", 0LL, Py_True));
+    if (zero == RULE_APPLIES) return give(stats, stats_tuple(0LL, Py_True));
     return zero < 0 ? -1 : RULE_UNSURE;
 }
 
@@ -91,7 +91,7 @@ static int with_zeros(int propagation, PyObject *args, PyObject *kwargs, const O
         if ((r = same_kind(b, out)) != RULE_APPLIES) return r;
         if (propagation == PROPAGATE_ADD) return give(stats, Py_NewRef(b->stats));
         long long nnz = nnz_of(b->stats); /* 0 - b = -b: b's nonzeros, 0/1 only when all zero */
-        return give(stats, Py_BuildValue("(LO)", nnz, nnz == 0 ? Py_True : Py_False));
+        return give(stats, stats_tuple(nnz, nnz == 0 ? Py_True : Py_False));
     }
     return PyErr_Occurred() ? -1 : RULE_NO;
 }
@@ -107,7 +107,7 @@ static int one_minus(PyObject *args, PyObject *kwargs, const Operand *x, const O
     int64_t numel = shape_numel(out->shape);
     long long nnz = nnz_of(x->stats);
     if (PyErr_Occurred()) return -1;
-    return give(stats, Py_BuildValue("(LO)", (long long)numel - nnz, Py_True));
+    return give(stats, stats_tuple((long long)numel - nnz, Py_True));
 }
 
 int arithmetic_rule(int propagation, PyObject *args, PyObject *kwargs, const Operand *x, const Operand *other,

@@ -28,6 +28,10 @@ typedef struct {
 
 enum { RULE_NO = 0, RULE_APPLIES = 1, RULE_UNSURE = 2 };
 
+/* A state's statistics (nnz, is01) as the registry holds them: a new reference, NULL on error
+ * (capture/_native_call.c). */
+PyObject *stats_tuple(long long nnz, PyObject *is01);
+
 /* arithmetic_rule: whether capture/propagation.py's rule for this op gives the output's
  * statistics (RULE_APPLIES, *stats a new reference), cannot (RULE_NO: the Python path would
  * scan it too), or this cannot tell (RULE_UNSURE: the Python rule decides); -1 error. */

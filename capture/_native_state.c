@@ -46,7 +46,7 @@ static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *shape, PyO
             return NULL;
         if (PyObject_IsTrue(PyTuple_GET_ITEM(format, 3))) ones = nnz; /* 0/1 by its type (bool) */
     }
-    return Py_BuildValue("(LO)", (long long)nnz, ones == nnz ? Py_True : Py_False);
+    return stats_tuple((long long)nnz, ones == nnz ? Py_True : Py_False);
 }
 
 /* Phase 1 for a tensor whose state is new: its statistics and its row's form. 1 done, 0 leave
@@ -281,11 +281,11 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
             if (inherit->source_numel == numel) {
                 f->stats = Py_NewRef(inherit->source_stats);
             } else if (inherit->source_numel == 0) {
-                if (numel == 0) f->stats = Py_BuildValue("(LO)", 0LL, Py_True);
+                if (numel == 0) f->stats = stats_tuple(0LL, Py_True);
             } else {
                 long long base = PyLong_AsLongLong(nnz);
                 if (base == -1 && PyErr_Occurred()) return -1;
-                f->stats = Py_BuildValue("(LO)", base * (numel / inherit->source_numel), is01);
+                f->stats = stats_tuple(base * (numel / inherit->source_numel), is01);
             }
             if (f->stats == NULL && PyErr_Occurred()) return -1;
         } else if (inherit->to_python && numel >= PYTHON_RULE_FROM) {
@@ -329,7 +329,9 @@ int write_state(OpRecorder *self, Facts *f, long long seq) {
     if (entry == NULL) {
         PyObject *ref = PyWeakref_NewRef(f->tensor, self->freed);  /* the registry's _freed: ours, or Python's */
         if (ref == NULL) return -1;
-        PyObject *value = Py_BuildValue("(OL)", f->key, uid), *ref_id = PyLong_FromVoidPtr(ref);
+        PyObject *uid_object = PyLong_FromLongLong(uid);
+        PyObject *value = uid_object ? PyTuple_Pack(2, f->key, uid_object) : NULL, *ref_id = PyLong_FromVoidPtr(ref);
+        Py_XDECREF(uid_object);
         int r = value && ref_id ? PyDict_SetItem(self->refs, ref_id, value) : -1; /* by id: see tensors.py _refs */
         Py_XDECREF(value);
         Py_XDECREF(ref_id);
@@ -337,9 +339,16 @@ int write_state(OpRecorder *self, Facts *f, long long seq) {
             Py_DECREF(ref);
             return -1;
         }
-        entry = Py_BuildValue("[LOOOOOO]", uid, Py_None, Py_None, Py_None, ref, Py_None, Py_None);
+        entry = PyList_New(7); /* [uid, version, tensor_id, shape, ref, stats, requires_grad] */
+        PyObject *uid_item = entry ? PyLong_FromLongLong(uid) : NULL;
+        if (uid_item == NULL) {
+            Py_XDECREF(entry);
+            Py_DECREF(ref);
+            return -1;
+        }
+        PyList_SET_ITEM(entry, 0, uid_item);
+        for (int i = 1; i < 7; i++) PyList_SET_ITEM(entry, i, Py_NewRef(i == 4 ? ref : Py_None));
         Py_DECREF(ref);
-        if (entry == NULL) return -1;
         r = PyDict_SetItem(self->entries, f->key, entry);
         Py_DECREF(entry); /* the dict holds it */
         if (r < 0) return -1;
