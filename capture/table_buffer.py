@@ -231,8 +231,8 @@ class TableBuffer:
         rows, and each row's number within its run (run-end decoding, in Arrow)."""
         value_field, index_field = self.runs
         taken = self._runs_within(rows)
-        lengths = pa.Array.from_buffers(pa.int32(), taken, [None, pa.py_buffer(self.run_lengths.tobytes())])
-        values = pa.Array.from_buffers(pa.int64(), taken, [None, pa.py_buffer(self.run_values.tobytes())])
+        lengths = _int_values(self.run_lengths, taken).cast(pa.int32())
+        values = _int_values(self.run_values, taken).cast(pa.int64())
         if sum(self.run_lengths[:taken]) != rows:
             raise AssertionError(f"{self.name}: {rows} rows end inside a run")
         if rows == 0:
@@ -274,12 +274,10 @@ class TableBuffer:
             return column.to_arrow(rows, f.type)
         if not isinstance(column, INT_COLUMN_TYPES):
             return pa.array(column[:rows], type=f.type)
-        # a copy of its buffer (the array stays resizable), of which the first `rows` values are read
-        width = {1: pa.int8(), 2: pa.int16(), 4: pa.int32()}.get(column.itemsize, pa.int64())
-        values = pa.Array.from_buffers(width, rows, [None, pa.py_buffer(column.tobytes())])
+        values = _int_values(column, rows)
         sentinel = self.sentinels.get(f.name)
         if sentinel is not None:
-            values = pc.if_else(pc.equal(values, sentinel), pa.scalar(None, width), values)
+            values = pc.if_else(pc.equal(values, sentinel), pa.scalar(None, values.type), values)
         return values.cast(f.type)
 
     def _group_arrays(self, rows: list, members: tuple[str, ...]) -> dict[str, pa.Array]:
@@ -321,6 +319,14 @@ class TableBuffer:
                     charged += _size(value) * occurrences[id(value)] / holders
                 total += int(charged * len(column) / len(tail))
         return total
+
+
+def _int_values(column, rows: int) -> pa.Array:
+    """The first `rows` values of an integer column as an Arrow array of its items' width now
+    (an IntColumn's 'q' items are 4 bytes until one needs 8): a copy of its buffer, so the
+    column stays resizable."""
+    width = {1: pa.int8(), 2: pa.int16(), 4: pa.int32()}.get(column.itemsize, pa.int64())
+    return pa.Array.from_buffers(width, rows, [None, pa.py_buffer(column.tobytes())])
 
 
 def _distinct_by_identity(rows: list) -> tuple[pa.Array, list]:

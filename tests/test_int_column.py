@@ -52,7 +52,9 @@ def test_a_random_sequence_of_buffer_operations_matches_array(typecode):
     a, b = sorted(rng.randint(-len(oracle), len(oracle)) for _ in range(2))
     assert column[a:b] == list(oracle[a:b]) and column[::3] == list(oracle[::3])
     assert list(column) == list(oracle) and sum(column) == sum(oracle)
-    assert column.tobytes() == oracle.tobytes() and column.itemsize == oracle.itemsize
+    # its items are as wide as its values need (a 'q' column: 4 bytes until a value needs 8)
+    narrow = {"q": "i"} if all(-(1 << 31) <= v < (1 << 31) for v in oracle) else {}
+    assert column.tobytes() == array(narrow.get(typecode, typecode), oracle).tobytes()
     assert column.typecode == typecode and column.count(0) == oracle.count(0) and column.count("x") == 0
 
 
@@ -72,6 +74,34 @@ def test_a_value_past_the_width_is_refused_and_leaves_the_column_as_it_was(typec
     with pytest.raises(TypeError):
         column.append("4")
     assert list(column) == [1]
+
+
+def test_a_q_column_widens_in_place_when_a_value_needs_eight_bytes():
+    # 1000 small values held in 4 bytes each; a pointer-sized value widens all of them to 8,
+    # keeping every value; set_item widens too
+    column = IntColumn("q")
+    column.extend(range(-500, 500))
+    assert column.itemsize == 4
+    column.append(0x7F00_0000_1000)
+    assert column.itemsize == 8 and list(column) == [*range(-500, 500), 0x7F00_0000_1000]
+    other = IntColumn("q")
+    other.extend([1, 2, 3])
+    other[1] = -(1 << 40)
+    assert other.itemsize == 8 and list(other) == [1, -(1 << 40), 3]
+
+
+def test_a_column_of_each_width_becomes_the_same_arrow_column(tmp_path):
+    # the writer reads an IntColumn's items at their width now and casts to the schema's type
+    from capture.writer import TraceWriter
+    from analyze import open_trace
+    writer = TraceWriter(tmp_path / "t")
+    frees = writer.tables["tensor_frees"]
+    frees.append(uid=3, freed_seq=7)
+    frees.append(uid=(1 << 40) + 5, freed_seq=8)  # widens the uid column mid-buffer
+    writer.close()
+    with open_trace(tmp_path / "t") as trace:
+        assert trace.arrow("SELECT uid, freed_seq FROM tensor_frees ORDER BY freed_seq").to_pylist() == [
+            {"uid": 3, "freed_seq": 7}, {"uid": (1 << 40) + 5, "freed_seq": 8}]
 
 
 def test_misuse_is_a_clear_error():
@@ -94,7 +124,8 @@ def test_the_compiled_records_tables_hold_int_columns_and_report_their_memory():
         assert ints and all(isinstance(c, IntColumn) for c in ints), name
     column = IntColumn("q")
     column.extend(range(10_000))
-    # its items are counted in its size, as an array's are (the writer bounds what it holds)
-    assert sys.getsizeof(column) >= 8 * 10_000 and sys.getsizeof(column) < 8 * 10_000 * 1.25 + 1024
+    # its items are counted in its size, as an array's are (the writer bounds what it holds),
+    # at 4 bytes each while every value fits them
+    assert column.itemsize == 4 and 4 * 10_000 <= sys.getsizeof(column) < 4 * 10_000 * 1.25 + 1024
     del column[:9_990]
-    assert sys.getsizeof(column) < 8 * 10_000 / 2  # a flushed buffer gives its memory back
+    assert sys.getsizeof(column) < 4 * 10_000 / 2  # a flushed buffer gives its memory back
