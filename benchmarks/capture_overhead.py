@@ -21,10 +21,13 @@
 4. Steps a schedule does not record: the median paired ratio of the CPU time of a step under a
    Recorder whose schedule leaves it alone (skip_first beyond the run) to a plain step's, for
    a small spiking MLP (small ops: a per-op cost would show) and the workloads.
-5. Memory per buffered event, after warm-up steps, over `--memory-steps` recorded steps with
-   no flush: resident memory (RSS) the process gains per event (noisy: the allocator reuses
-   freed activations), the Python memory allocated and still held per event (tracemalloc:
-   the buffers), and the writer's own estimate (what `flush_bytes` is compared with).
+5. Memory per buffered event, over `--memory-steps` recorded steps with no flush after warm-up
+   steps whose rows a flush wrote (so the buffers hold only the measured rows: a buffer that
+   grows past its allocation is reallocated whole, and tracemalloc would charge the measured
+   events with the warm-up rows it still held): resident memory (RSS) the process gains per
+   event (noisy: the allocator reuses freed activations), the Python memory allocated and
+   still held per event (tracemalloc: the buffers), and the writer's own estimate (what
+   `flush_bytes` is compared with).
 
 Workloads: mlp, vgg, sew (SpikingJelly nets of the performance anchors), resnet18 (spiking
 ResNet-18, 32x32), spikformer (a small Spikformer: conv stem, spiking self-attention with
@@ -279,6 +282,7 @@ def memory_per_event(name: str, steps: int, scratch: Path) -> tuple[float, float
             train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
             recorder.step()
             if step == 2:  # after warm-up: the first steps' one-off allocations are not per event
+                recorder.writer.flush()  # the warm-up rows written: the buffers hold the measured rows only
                 gc.collect()
                 tracemalloc.start()
                 rss, events, estimate = rss_bytes(), len(recorder.writer.tables["events"]), recorder.writer.buffered_bytes_estimate()
