@@ -193,11 +193,11 @@ class OpLog:
         self.uses = tables["event_tensors"].columns
         # Bound append methods in schema order: the per-op path calls them directly.
         self._event_appends = [self.events[name].append for name in _EVENT_COLUMNS]
-        uses = tables["event_tensors"]
         self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
         self._use_ids = self.uses["tensor_id"]
         # An event's seq and its number of event_tensors rows, once after its rows (BUFFER_RUNS)
-        self._run_appends = (uses.run_values.append, uses.run_lengths.append)
+        runs = tables["event_tensors"]
+        self._run_appends = (runs.run_values.append, runs.run_lengths.append)
         self._event_seqs = self.events["seq"]
         self._flush_rows = context.writer.flush_rows
         # The last event context: its key (what it is made of) and the two tuples the rows share;

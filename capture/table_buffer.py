@@ -2,9 +2,12 @@
 
 Rows are appended to one list per column, so no Python object is created per row (list-typed
 cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
-Non-nullable integer columns (seq numbers, ids, sizes) are `array('q')`s instead: 8 bytes a
-value, and no int object kept per row. `buffered_bytes` adds up what the buffers really hold,
-so the writer can bound it. Pure pyarrow, no torch.
+Non-nullable integer columns (seq numbers, ids, sizes) are integer arrays instead, as wide as
+their type (array.array, or in the compiled record's tables capture/_native_column.c's
+IntColumn), so no int object is kept per row; fields repeating together are one interned
+tuple a row (BUFFER_GROUPS), an op's event_tensors seq and k one run an event (BUFFER_RUNS),
+and a hook's tensor id lists flat (FLAT_LISTS). `buffered_bytes` adds up what the buffers
+really hold, so the writer can bound it. Pure pyarrow, no torch.
 """
 
 from __future__ import annotations
@@ -158,7 +161,8 @@ class TableBuffer:
         for column in self.columns.values():
             del column[complete:]
         if self.runs is not None:  # and runs past the complete rows (none when rows come first)
-            del self.run_values[self._runs_within(complete):], self.run_lengths[self._runs_within(complete):]
+            kept = self._runs_within(complete)
+            del self.run_values[kept:], self.run_lengths[kept:]
 
     def append(self, **values) -> None:
         """Append one row; for the tables written once per hook or step, not per op (hot paths
