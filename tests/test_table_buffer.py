@@ -157,10 +157,15 @@ def _fill_uses(buffer: TableBuffer, counts: dict[int, int]) -> list[dict]:
     return rows
 
 
-def test_event_tensor_runs_expand_to_each_rows_seq_and_k():
+@pytest.mark.parametrize("columns", ["compiled", "array"])
+def test_event_tensor_runs_expand_to_each_rows_seq_and_k(columns, monkeypatch):
     # Events 5..9 with 3, 1, 0, 2 and 4 tensors: the buffer holds 4 runs, the table 10 rows whose
-    # seq repeats per event and whose k counts 0, 1, ... within it, as the rows were appended.
+    # seq repeats per event and whose k counts 0, 1, ... within it, as the rows were appended;
+    # the same with array.array columns (an install without the compiled extension)
+    if columns == "array":
+        monkeypatch.setattr(table_buffer, "IntColumn", None)
     buffer = TableBuffer("event_tensors", TABLES["event_tensors"])
+    assert (type(buffer.run_values).__name__ == "array") == (columns == "array")
     rows = _fill_uses(buffer, {5: 3, 6: 1, 7: 0, 8: 2, 9: 4})
     assert len(buffer) == buffer.complete_rows() == 10 and list(buffer.run_lengths) == [3, 1, 2, 4]
     assert buffer.to_arrow(10).to_pylist() == rows
