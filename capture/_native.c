@@ -166,6 +166,39 @@ int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char 
     return 0;
 }
 
+int read_layout(const char *op, PyObject *shape_object, PyObject *strides_object, int64_t *shape, int64_t *strides,
+                Py_ssize_t *ndim, int64_t *numel) {
+    char what[64];
+    Py_ssize_t nstrides;
+    snprintf(what, sizeof(what), "%s: shape", op);
+    if (read_int64s(shape_object, shape, ndim, what) < 0) return -1;
+    snprintf(what, sizeof(what), "%s: strides", op);
+    if (read_int64s(strides_object, strides, &nstrides, what) < 0) return -1;
+    if (*ndim != nstrides) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions but %zd strides", op, *ndim, nstrides);
+        return -1;
+    }
+    *numel = 1;
+    for (Py_ssize_t d = 0; d < *ndim; d++) {
+        if (shape[d] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s: negative size", op);
+            return -1;
+        }
+        *numel *= shape[d];
+    }
+    return 0;
+}
+
+int native_add_type(PyObject *module, PyTypeObject *type, const char *name) {
+    if (PyType_Ready(type) < 0) return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
 static void scan_strided(const char *base, int ndim, const int64_t *shape, const int64_t *strides,
                          int64_t element_size, RowFunction row, uint64_t zero_mask, uint64_t one_bits,
                          Counts *counts) {
@@ -284,22 +317,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "KLKKpOO:scan", &address, &element_size, &zero_mask, &one_bits, &count_ones,
                           &shape_object, &strides_object))
         return NULL;
-    int64_t shape[MAX_DIMS], strides[MAX_DIMS];
-    Py_ssize_t ndim, nstrides;
-    if (read_int64s(shape_object, shape, &ndim, "scan: shape") < 0) return NULL;
-    if (read_int64s(strides_object, strides, &nstrides, "scan: strides") < 0) return NULL;
-    if (ndim != nstrides) {
-        PyErr_Format(PyExc_ValueError, "scan: %zd dimensions but %zd strides", ndim, nstrides);
-        return NULL;
-    }
-    int64_t numel = 1;
-    for (Py_ssize_t d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            PyErr_SetString(PyExc_ValueError, "scan: negative size");
-            return NULL;
-        }
-        numel *= shape[d];
-    }
+    int64_t shape[MAX_DIMS], strides[MAX_DIMS], numel;
+    Py_ssize_t ndim;
+    if (read_layout("scan", shape_object, strides_object, shape, strides, &ndim, &numel) < 0) return NULL;
     if (numel > 0 && address == 0) {
         PyErr_SetString(PyExc_ValueError, "scan: null address");
         return NULL;

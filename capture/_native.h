@@ -31,4 +31,13 @@
  * naming `what` (a shape or strides argument) otherwise. */
 int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char *what);
 
+/* A compiled pass's shape and strides (in elements) into shape[] and strides[], their length
+ * into *ndim and the element count into *numel: 0, or -1 with a ValueError naming `op` (too
+ * many dimensions, as many strides as dimensions, a negative size). */
+int read_layout(const char *op, PyObject *shape_object, PyObject *strides_object, int64_t *shape, int64_t *strides,
+                Py_ssize_t *ndim, int64_t *numel);
+
+/* type ready and added to the module as `name`: 0, or -1 with an exception set. */
+int native_add_type(PyObject *module, PyTypeObject *type, const char *name);
+
 #endif

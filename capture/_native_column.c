@@ -13,6 +13,7 @@
  * pointer column widens at its first item). The values are the same either way.
  */
 #include "_native_column.h"
+#include "_native.h"
 
 typedef struct {
     PyObject_HEAD
@@ -298,11 +299,5 @@ PyTypeObject IntColumnType = {
 };
 
 int native_add_column_type(PyObject *module) {
-    if (PyType_Ready(&IntColumnType) < 0) return -1;
-    Py_INCREF(&IntColumnType);
-    if (PyModule_AddObject(module, "IntColumn", (PyObject *)&IntColumnType) < 0) {
-        Py_DECREF(&IntColumnType);
-        return -1;
-    }
-    return 0;
+    return native_add_type(module, &IntColumnType, "IntColumn");
 }

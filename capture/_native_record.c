@@ -24,6 +24,7 @@
  * _native_rules.c.
  */
 #include "_native_record.h"
+#include "_native.h"
 
 PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
     *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
@@ -507,11 +508,5 @@ int native_add_record_type(PyObject *module) {
         *strings[i].target = PyUnicode_InternFromString(strings[i].text);
         if (*strings[i].target == NULL) return -1;
     }
-    if (PyType_Ready(&OpRecorderType) < 0) return -1;
-    Py_INCREF(&OpRecorderType);
-    if (PyModule_AddObject(module, "OpRecorder", (PyObject *)&OpRecorderType) < 0) {
-        Py_DECREF(&OpRecorderType);
-        return -1;
-    }
-    return 0;
+    return native_add_type(module, &OpRecorderType, "OpRecorder");
 }

@@ -42,26 +42,12 @@ PyObject *native_ternary(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "KLKKpOO:ternary", &address, &size, &mask, &one, &minus_one, &shape_object,
                           &strides_object))
         return NULL;
-    int64_t shape[MAX_DIMS], steps[MAX_DIMS], index[MAX_DIMS] = {0};
-    Py_ssize_t ndim, nsteps;
-    if (read_int64s(shape_object, shape, &ndim, "ternary: shape") < 0 ||
-        read_int64s(strides_object, steps, &nsteps, "ternary: strides") < 0)
-        return NULL;
-    if (nsteps != ndim) {
-        PyErr_Format(PyExc_ValueError, "ternary: %zd dimensions but %zd strides", ndim, nsteps);
-        return NULL;
-    }
+    int64_t shape[MAX_DIMS], steps[MAX_DIMS], index[MAX_DIMS] = {0}, numel;
+    Py_ssize_t ndim;
+    if (read_layout("ternary", shape_object, strides_object, shape, steps, &ndim, &numel) < 0) return NULL;
     if (size != 1 && size != 2 && size != 4 && size != 8) {
         PyErr_Format(PyExc_ValueError, "ternary: element size %lld", size);
         return NULL;
-    }
-    int64_t numel = 1;
-    for (Py_ssize_t d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            PyErr_SetString(PyExc_ValueError, "ternary: negative size");
-            return NULL;
-        }
-        numel *= shape[d];
     }
     if (numel == 0) Py_RETURN_TRUE;
     if (address == 0) {
