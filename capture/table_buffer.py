@@ -237,12 +237,12 @@ class TableBuffer:
         taken = self._runs_within(rows)
         lengths = _int_values(self.run_lengths, taken).cast(pa.int32())
         values = _int_values(self.run_values, taken).cast(pa.int64())
-        if sum(self.run_lengths[:taken]) != rows:
+        ends = pc.cumulative_sum(lengths)
+        if (ends[-1].as_py() if taken else 0) != rows:  # the rows the taken runs cover
             raise AssertionError(f"{self.name}: {rows} rows end inside a run")
         if rows == 0:
             return {value_field: pa.array([], pa.int64()).cast(self.schema.field(value_field).type),
                     index_field: pa.array([], self.schema.field(index_field).type)}
-        ends = pc.cumulative_sum(lengths)
         starts = pc.subtract(ends, lengths)
         decode = lambda per_run: pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, per_run))  # noqa: E731
         row_numbers = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), rows)), 1)
