@@ -4,11 +4,17 @@
 #include "_native_record.h"
 #include "_native_column.h"
 
+/* The IntColumn whose bound append `append` is (borrowed), else NULL. */
+static PyObject *int_column_of(PyObject *append) {
+    return PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append)) ? PyCFunction_GET_SELF(append)
+                                                                                      : NULL;
+}
+
 int call_append(PyObject *appends, Py_ssize_t i, PyObject *value) {
-    PyObject *append = PyTuple_GET_ITEM(appends, i);
-    if (PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append))) {
-        long long v = PyLong_AsLongLong(value); /* an IntColumn's own append: stored directly */
-        return v == -1 && PyErr_Occurred() ? -1 : int_column_append(PyCFunction_GET_SELF(append), v);
+    PyObject *append = PyTuple_GET_ITEM(appends, i), *column = int_column_of(append);
+    if (column != NULL) { /* an IntColumn's own append: stored directly */
+        long long v = PyLong_AsLongLong(value);
+        return v == -1 && PyErr_Occurred() ? -1 : int_column_append(column, v);
     }
     /* A list's or an array's own append (a METH_O builtin) is called directly: most of a
      * call through the generic machinery is the machinery. */
@@ -34,9 +40,8 @@ PyObject *stats_tuple(long long nnz, PyObject *is01) {
 }
 
 int append_long(PyObject *appends, Py_ssize_t i, long long value) {
-    PyObject *append = PyTuple_GET_ITEM(appends, i);
-    if (PyCFunction_Check(append) && int_column_check(PyCFunction_GET_SELF(append)))
-        return int_column_append(PyCFunction_GET_SELF(append), value); /* no Python int made */
+    PyObject *column = int_column_of(PyTuple_GET_ITEM(appends, i));
+    if (column != NULL) return int_column_append(column, value); /* no Python int made */
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
     int r = call_append(appends, i, v);
