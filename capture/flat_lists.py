@@ -34,13 +34,15 @@ class FlatIntLists:
         if row is None:
             self.lengths.append(NULL_ROW)
             return
-        if None in row:
-            at = len(self.values)
-            nulls = [at + i for i, value in enumerate(row) if value is None]
-            self.values.extend([0 if value is None else value for value in row])
+        at = len(self.values)
+        nulls = [at + i for i, value in enumerate(row) if value is None] if None in row else None
+        try:
+            self.values.extend(row if nulls is None else [0 if value is None else value for value in row])
+        except BaseException:  # array.extend keeps the values before a bad one: no row half written
+            del self.values[at:]
+            raise
+        if nulls:
             self.null_items.extend(nulls)
-        else:
-            self.values.extend(row)  # before the length: a bad value leaves no row half written
         self.lengths.append(len(row))
 
     def __len__(self) -> int:

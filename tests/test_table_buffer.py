@@ -225,3 +225,7 @@ def test_flat_id_lists_round_trip_null_rows_null_items_and_empty_rows():
     buffer.drop_first(2)
     del buffer.columns["inputs"][3:]
     assert buffer.columns["inputs"].rows() == [(), (7, None, 9), (4, 5)] and list(buffer.columns["inputs"].values)[-2:] == [4, 5]
+    # a row with a value that is not an id is refused whole
+    with pytest.raises(TypeError):
+        buffer.columns["inputs"].append((8, "x"))
+    assert buffer.columns["inputs"].rows() == [(), (7, None, 9), (4, 5)] and len(buffer.columns["inputs"].values) == 5
