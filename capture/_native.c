@@ -199,23 +199,29 @@ int native_add_type(PyObject *module, PyTypeObject *type, const char *name) {
     return 0;
 }
 
-static void scan_strided(const char *base, int ndim, const int64_t *shape, const int64_t *strides,
-                         int64_t element_size, RowFunction row, uint64_t zero_mask, uint64_t one_bits,
-                         Counts *counts) {
-    if (ndim == 0) {
-        row(base, 1, 1, zero_mask, one_bits, counts);
-        return;
-    }
-    /* Visit the memory in address order: dimensions sorted by |stride|, largest outermost
-     * (the counts do not depend on the order; a transposed view then reads rows, not columns),
-     * size-1 dimensions dropped, and dimensions contiguous with the next merged into longer rows. */
+/* A scan's memory as rows: dimensions sorted by |stride| with the largest outermost (the
+ * counts do not depend on the order; a transposed view then reads rows, not columns), size-1
+ * dimensions dropped, stride-0 (expanded) ones counted once and the count multiplied by how
+ * often they repeat, and dimensions contiguous with the next merged into longer rows. */
+typedef struct {
+    const char *base;
+    int dims; /* merged dimensions, the last one the row; 0 when every element is one element */
+    int64_t shape[MAX_DIMS], strides[MAX_DIMS];
+    int64_t element_size, repeats, total; /* total: the distinct elements visited */
+    RowFunction row;
+    uint64_t zero_mask, one_bits;
+    Counts parts[MAX_SCAN_THREADS]; /* one per thread of a shared scan */
+} ScanPlan;
+
+static void plan_scan(ScanPlan *plan, const char *base, int ndim, const int64_t *shape, const int64_t *strides) {
     int64_t sorted_shape[MAX_DIMS], sorted_strides[MAX_DIMS];
     int kept = 0;
-    int64_t repeats = 1; /* a stride-0 (expanded) dimension repeats the same elements: counted once */
+    plan->base = base;
+    plan->repeats = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 1) continue;
         if (strides[d] == 0) {
-            repeats *= shape[d];
+            plan->repeats *= shape[d];
             continue;
         }
         int64_t size = shape[d], stride = strides[d], magnitude = stride < 0 ? -stride : stride;
@@ -230,44 +236,79 @@ static void scan_strided(const char *base, int ndim, const int64_t *shape, const
         sorted_shape[at] = size;
         sorted_strides[at] = stride;
     }
-    Counts once = {0, 0};
-    if (kept == 0) {
-        row(base, 1, 1, zero_mask, one_bits, &once);
-        counts->nnz += once.nnz * repeats;
-        counts->ones += once.ones * repeats;
-        return;
-    }
-    int64_t merged_shape[MAX_DIMS], merged_strides[MAX_DIMS];
+    plan->dims = 0;
+    plan->total = 1;
+    if (kept == 0) return;
     int m = 0;
-    merged_shape[0] = sorted_shape[0];
-    merged_strides[0] = sorted_strides[0];
+    plan->shape[0] = sorted_shape[0];
+    plan->strides[0] = sorted_strides[0];
     for (int d = 1; d < kept; d++) {
-        if (merged_strides[m] == sorted_strides[d] * sorted_shape[d]) {
-            merged_shape[m] *= sorted_shape[d];
-            merged_strides[m] = sorted_strides[d];
+        if (plan->strides[m] == sorted_strides[d] * sorted_shape[d]) {
+            plan->shape[m] *= sorted_shape[d];
+            plan->strides[m] = sorted_strides[d];
         } else {
             m++;
-            merged_shape[m] = sorted_shape[d];
-            merged_strides[m] = sorted_strides[d];
+            plan->shape[m] = sorted_shape[d];
+            plan->strides[m] = sorted_strides[d];
         }
     }
-    int dims = m + 1;
-    int64_t inner = merged_shape[dims - 1], inner_stride = merged_strides[dims - 1];
-    int64_t index[MAX_DIMS] = {0};
-    for (;;) {
-        const char *p = base;
-        for (int d = 0; d < dims - 1; d++) p += index[d] * merged_strides[d] * element_size;
-        row(p, inner, inner_stride, zero_mask, one_bits, &once);
-        int d = dims - 2;
-        while (d >= 0) {
-            if (++index[d] < merged_shape[d]) break;
+    plan->dims = m + 1;
+    for (int d = 0; d < plan->dims; d++) plan->total *= plan->shape[d];
+}
+
+/* Elements [begin, end) of the plan in its row-major order, counted into *counts. */
+static void scan_range(const ScanPlan *plan, int64_t begin, int64_t end, Counts *counts) {
+    if (plan->dims == 0) {
+        if (begin < end) plan->row(plan->base, 1, 1, plan->zero_mask, plan->one_bits, counts);
+        return;
+    }
+    const int outer = plan->dims - 1;
+    const int64_t inner = plan->shape[outer], inner_stride = plan->strides[outer], size = plan->element_size;
+    int64_t index[MAX_DIMS], row = begin / inner, offset = begin % inner, left = end - begin;
+    for (int d = outer - 1; d >= 0; d--) {
+        index[d] = row % plan->shape[d];
+        row /= plan->shape[d];
+    }
+    while (left > 0) {
+        const char *p = plan->base;
+        for (int d = 0; d < outer; d++) p += index[d] * plan->strides[d] * size;
+        int64_t n = inner - offset < left ? inner - offset : left;
+        plan->row(p + offset * inner_stride * size, n, inner_stride, plan->zero_mask, plan->one_bits, counts);
+        left -= n;
+        offset = 0;
+        for (int d = outer - 1; d >= 0; d--) {
+            if (++index[d] < plan->shape[d]) break;
             index[d] = 0;
-            d--;
         }
-        if (d < 0) break;
     }
-    counts->nnz += once.nnz * repeats;
-    counts->ones += once.ones * repeats;
+}
+
+/* One thread's share of a shared scan: an equal run of elements (a multiple of 64, so the
+ * vector loops see whole vectors but at the very end), counted into its own slot. */
+static void scan_share(void *data, int index, int count) {
+    ScanPlan *plan = (ScanPlan *)data;
+    if (index >= MAX_SCAN_THREADS) return; /* cannot happen: no team exceeds the threads asked */
+    int64_t share = ((plan->total + count - 1) / count + 63) & ~(int64_t)63;
+    int64_t begin = share * index, end = begin + share < plan->total ? begin + share : plan->total;
+    Counts mine = {0, 0};
+    if (begin < end) scan_range(plan, begin, end, &mine);
+    plan->parts[index] = mine;
+}
+
+static void scan_strided(ScanPlan *plan, int threads, Counts *counts) {
+    Counts once = {0, 0};
+    if (threads > 1 && plan->total >= 64 * (int64_t)threads) {
+        memset(plan->parts, 0, sizeof plan->parts);
+        native_run_parallel(scan_share, plan, threads);
+        for (int i = 0; i < threads && i < MAX_SCAN_THREADS; i++) {
+            once.nnz += plan->parts[i].nnz;
+            once.ones += plan->parts[i].ones;
+        }
+    } else {
+        scan_range(plan, 0, plan->total, &once);
+    }
+    counts->nnz += once.nnz * plan->repeats;
+    counts->ones += once.ones * plan->repeats;
 }
 
 /* The counts of one tensor's memory, for capture/_native_record.c (which checked its
@@ -296,12 +337,16 @@ int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_ma
     RowFunction chosen = binary_possible ? row : nonzero_row;
     Counts counts = {0, 0};
     if (numel > 0) {
+        ScanPlan plan;
+        plan.element_size = element_size, plan.row = chosen, plan.zero_mask = zero_mask, plan.one_bits = one_bits;
+        plan_scan(&plan, base, ndim, shape, strides);
+        int threads = native_scan_threads(plan.total * element_size); /* the memory it reads */
         if (numel >= RELEASE_GIL_FROM) {
             Py_BEGIN_ALLOW_THREADS
-            scan_strided(base, ndim, shape, strides, element_size, chosen, zero_mask, one_bits, &counts);
+            scan_strided(&plan, threads, &counts);
             Py_END_ALLOW_THREADS
         } else {
-            scan_strided(base, ndim, shape, strides, element_size, chosen, zero_mask, one_bits, &counts);
+            scan_strided(&plan, threads, &counts);
         }
     }
     *nnz = counts.nnz;
@@ -427,6 +472,9 @@ static PyMethodDef methods[] = {
     {"ternary", native_ternary, METH_VARARGS,
      "ternary(address, element_size, nonzero_mask, one_bits, minus_one_allowed, shape, strides) -> bool: every "
      "element 0, 1 or -1."},
+    {"parallel_scan", (PyCFunction)(void (*)(void))native_parallel_scan, METH_VARARGS | METH_KEYWORDS,
+     "parallel_scan(min_bytes=None, max_threads=None) -> (runtime found, min_bytes, max_threads): when a scan is "
+     "shared among the threads of the OpenMP runtime torch loaded (read, and set where given)."},
     {"identity_codes", identity_codes, METH_O,
      "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
      "objects of rows, by identity, in first-seen order."},
@@ -440,6 +488,7 @@ int native_add_record_type(PyObject *module); /* capture/_native_record.c */
 int native_add_column_type(PyObject *module); /* capture/_native_column.c */
 
 PyMODINIT_FUNC PyInit__native(void) {
+    native_parallel_init();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0)) Py_CLEAR(m);
     return m;

@@ -37,6 +37,18 @@ int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char 
 int read_layout(const char *op, PyObject *shape_object, PyObject *strides_object, int64_t *shape, int64_t *strides,
                 Py_ssize_t *ndim, int64_t *numel);
 
+/* Large scans shared among the threads of the OpenMP runtime torch runs (capture/_native_parallel.c).
+ * native_parallel_init() looks for it once, when the module loads; native_scan_threads(bytes) is
+ * how many threads a scan of that many bytes gets (1: the calling thread alone);
+ * native_run_parallel() calls body(data, index, count) once on each of `count` threads (the
+ * team torch's runtime gives, which may be smaller than asked) and returns when all are done. */
+#define MAX_SCAN_THREADS 64
+typedef void (*ParallelBody)(void *data, int index, int count);
+void native_parallel_init(void);
+int native_scan_threads(int64_t bytes);
+void native_run_parallel(ParallelBody body, void *data, int threads);
+PyObject *native_parallel_scan(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* type ready and added to the module as `name`: 0, or -1 with an exception set. */
 int native_add_type(PyObject *module, PyTypeObject *type, const char *name);
 

@@ -21,6 +21,8 @@ FAST_PATHS = {
                                  "a convolution input's nonzeros per position and a weight's dense check in "
                                  "compiled passes (capture/_native_pairs.c, capture/_native_ternary.c, the scan) "
                                  "instead of a few torch ops each",
+    "shared_scans": "a large CPU tensor's scan shared among the threads of the OpenMP runtime torch runs "
+                    "(capture/_native_parallel.c) instead of the calling thread alone",
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
                      "in compiled code (capture/_native_record.c)",
 }

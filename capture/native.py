@@ -6,7 +6,9 @@ manifest's settings name it (`native`), so a slow capture can be told from a slo
 
 `scan_stats(t)` is the one-pass value statistics of a CPU tensor: its elements' bit patterns
 are compared with the format's zero (sign bit masked: -0.0 is zero, NaN is not) and one, so
-the counts equal `(t != 0).sum()` and `(t == 1).sum()` for every value, NaN included.
+the counts equal `(t != 0).sum()` and `(t == 1).sum()` for every value, NaN included. A large
+tensor's scan is shared among the threads of the OpenMP runtime torch runs its kernels on
+(capture/_native_parallel.c; the fast path `shared_scans`): the same counts, sooner.
 """
 
 from __future__ import annotations
@@ -52,3 +54,27 @@ def scan_stats(t: torch.Tensor) -> tuple[int, bool] | None:
     nnz, ones = _native.scan(t.data_ptr(), size, zero_mask, one_bits, not binary_type, t.shape, t.stride())
     return nnz, binary_type or ones == nnz
 
+
+
+def share_scans(shared: bool) -> tuple | None:
+    """Let large scans run on torch's OpenMP threads (True) or keep every scan on the calling
+    thread (False), for the Recorder that opens now; returns the settings to restore() after."""
+    if not AVAILABLE:
+        return None
+    before = _native.parallel_scan()
+    if not shared:
+        _native.parallel_scan(max_threads=1)
+    return before
+
+
+def restore_scans(before: tuple | None) -> None:
+    if before is not None:
+        _native.parallel_scan(min_bytes=before[1], max_threads=before[2])
+
+
+def scan_threads() -> int:
+    """The threads a large scan gets now: torch's OpenMP threads where the runtime was found."""
+    if not AVAILABLE:
+        return 1
+    found, _, most = _native.parallel_scan()
+    return min(torch.get_num_threads(), most) if found else 1

@@ -111,6 +111,7 @@ class Recorder:
         self.flush_bytes = flush_bytes
         self.compact = compact  # merge the small parts of small flushes at close (capture/compaction.py)
         self.schedule = schedule
+        self._scans_before = None  # the scan sharing to restore at close (capture/native.py)
         self.on_trace_ready = on_trace_ready
         self.metadata = metadata or {}
         default_rank, default_world = rank_and_world()
@@ -166,6 +167,7 @@ class Recorder:
             # the compiled loops were built (capture/native.py); the trace is the same either way.
             "fast_paths": sorted(fast_paths),
             "native": native.AVAILABLE,
+            "scan_threads": native.scan_threads() if "shared_scans" in fast_paths else 1,
         }
         import capture
 
@@ -208,6 +210,7 @@ class Recorder:
             report_failure=lambda exc, seq: context.report_failure("statistics", context.current_record, exc, seq),
             native_scan="native_statistics" in fast_paths,
         )
+        self._scans_before = native.share_scans("shared_scans" in fast_paths)
         self.ops = OpLog(context)
         self.module_events = ModuleEventLog(context)
         self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)
@@ -243,6 +246,8 @@ class Recorder:
             if exc_type is not None:
                 self.writer.manifest["error"] = f"{exc_type.__name__}: {exc}"
             self.writer.close("complete" if exc_type is None else "failed")  # never raises
+            native.restore_scans(self._scans_before)
+            self._scans_before = None
         if exc_type is None and self._unreported and self.on_trace_ready is not None:
             self._unreported = False
             self.on_trace_ready(self.path)  # the user's callback: its errors are the user's

@@ -85,6 +85,48 @@ def test_the_scan_counts_what_the_values_say(dtype):
         assert python_stats(t) == expected, (dtype, name)
 
 
+@pytest.fixture
+def shared_scans():
+    """Every scan shared among threads however small (capture/_native_parallel.c), restored after."""
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path")
+    found, min_bytes, max_threads = capture.native._native.parallel_scan()
+    threads = torch.get_num_threads()
+    capture.native._native.parallel_scan(min_bytes=0)
+    yield found
+    torch.set_num_threads(threads)
+    capture.native._native.parallel_scan(min_bytes=min_bytes, max_threads=max_threads)
+
+
+def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
+    # torch's Linux wheels run their CPU kernels on libgomp; the scan shares that team.
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("this torch runs no OpenMP runtime")
+    assert shared_scans
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64], ids=str)
+def test_a_scan_shared_among_threads_counts_what_the_values_say(shared_scans, dtype, threads):
+    # Cut into `threads` runs of a multiple of 64 elements each, across row ends of strided
+    # views (transposed, sliced, flipped, expanded), the counts are the reference's.
+    torch.set_num_threads(threads)  # the team the scan asks torch's runtime for
+    for name, t in _cases(dtype).items():
+        assert capture.native.scan_stats(t) == _reference(t), (dtype, threads, name)
+    ragged = (torch.rand(7, 129, 3) < 0.5).to(dtype)[:, 1:, ::2]  # rows of 128 x 2 elements
+    assert capture.native.scan_stats(ragged) == _reference(ragged)
+
+
+def test_parallel_scan_refuses_settings_it_cannot_keep():
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path")
+    before = capture.native._native.parallel_scan()
+    for bad in ({"min_bytes": -1}, {"max_threads": 0}, {"max_threads": 65}):
+        with pytest.raises(ValueError, match="parallel_scan"):
+            capture.native._native.parallel_scan(**bad)
+    assert capture.native._native.parallel_scan() == before
+
+
 def test_a_bool_is_true_whatever_byte_holds_it():
     odd = torch.tensor([0, 2, 1, 255], dtype=torch.uint8).view(torch.bool)  # bytes 2 and 255 read True
     assert _reference(odd) == (3, True)
