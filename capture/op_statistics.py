@@ -145,14 +145,16 @@ _SHARED: dict = {}
 
 
 @contextmanager
-def one_op(binary_operands, compiled: bool = True):
+def one_op(binary_operands, compiled: bool = True, operand_stats=()):
     """The statistics of one op are taken inside; `binary_operands`: per operand of
     OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise);
     `compiled`: the pair counts and ternary checks may take their compiled passes (the fast
-    path native_operand_statistics, capture/fast_paths.py)."""
+    path native_operand_statistics, capture/fast_paths.py); `operand_stats`: per operand, its
+    (nnz, is01) as the record just described it, or None where not known."""
     _SHARED.clear()
     _SHARED["binary"] = tuple(binary_operands)
     _SHARED["compiled"] = compiled
+    _SHARED["stats"] = tuple(operand_stats)
     try:
         yield
     finally:
@@ -213,9 +215,19 @@ def _nonzero_counts(t: torch.Tensor, dim: int, binary: bool = False) -> torch.Te
     return _per_version(t, dim, lambda v: _count_nonzero(v, dim))
 
 
-def _dense(w: torch.Tensor) -> bool:
+def _operand_stats(index: int) -> tuple | None:
+    """The (nnz, is01) one_op was given for operand `index` of OP_STATISTICS, or None."""
+    stats = _SHARED.get("stats", ())
+    return stats[index] if index < len(stats) else None
+
+
+def _dense(w: torch.Tensor, known: tuple | None = None) -> bool:
     """Every weight nonzero: on CPU at once; on a device once per parameter version (one wait
-    per optimizer step), any other device weight is taken as sparse (the general path)."""
+    per optimizer step), any other device weight is taken as sparse (the general path).
+    `known`: the weight's (nnz, is01) the record took of this very state, which says it
+    without a scan (the weights of a spiking ResNet-18: 44 MB a step scanned twice)."""
+    if known is not None and known[0] is not None:
+        return known[0] == w.numel()
     if w.device.type != "cpu" and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
         return False
     return _per_version(w, "dense", lambda v: _nonzero_total(v) == v.numel())
@@ -274,7 +286,7 @@ def conv_nonzero_pairs(args, out):
     C_out/groups (no conv); else one float64 conv of x != 0 with the weight's nonzero counts
     summed over each group's output channels (groups output channels, not C_out)."""
     x, w, stride, padding, dilation, transposed, output_padding, groups = _conv_geometry(args)
-    if _dense(w):  # conv_taps.conv_spike_taps of x != 0: sum_p nnz(x[:, :, p]) * cov(p)
+    if _dense(w, _operand_stats(1)):  # conv_taps.conv_spike_taps of x != 0: sum_p nnz(x[:, :, p]) * cov(p)
         taps = _input_taps(x, w, stride, padding, dilation, transposed, output_padding)
         return taps * conv_taps.spikingjelly_conv_value(1, tuple(w.shape), transposed, groups)
     spikes = (x != 0).double()

@@ -43,13 +43,6 @@ class OpScalars:
         self._weight_checks: list[tuple[tuple, torch.Tensor]] = []
         self._weight_fetched: dict[tuple, bool] = {}
 
-    def _binary(self, t) -> bool | None:
-        """True/False when the operand's 0/1-ness is known now, None when it is on a device."""
-        if not isinstance(t, torch.Tensor):
-            return False
-        stats = self.context.registry.stats_of(t)
-        return None if stats is None else bool(stats[1])
-
     def _weight_is_binary(self, w: torch.Tensor) -> bool | torch.Tensor:
         """Is the weight 0/1? On CPU a bool, read at once. On a device (or deferred) no wait:
         False when the last fetched check of this weight object said no (a statistic is then
@@ -76,10 +69,16 @@ class OpScalars:
         tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
         if not all(t.layout is torch.strided and has_values(t) for t in tensors):
             return  # values that cannot be read (a freed storage): the statistics are not taken
-        flags = [self._binary(args[o.position]) if len(args) > o.position else False for o in operands]
+        # Each operand's (nnz, is01) as the record just described it (None: not known now, on a
+        # device) and whether it is 0/1: True/False when known, None when not, False for no tensor.
+        values = [args[o.position] if len(args) > o.position else None for o in operands]
+        stats_of = self.context.registry.stats_of
+        known = [stats_of(t) if isinstance(t, torch.Tensor) else None for t in values]
+        flags = [(None if stats is None else bool(stats[1])) if isinstance(t, torch.Tensor) else False
+                 for t, stats in zip(values, known)]
         keep = self.context.keep_binary_inputs
         # what its statistics share comes from this op's operands
-        with torch.no_grad(), one_op(flags, "native_operand_statistics" in self.context.fast_paths):
+        with torch.no_grad(), one_op(flags, "native_operand_statistics" in self.context.fast_paths, known):
             for stat in statistic_names:
                 # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
                 try:
