@@ -79,6 +79,15 @@ PyObject *argument_key(OpRecorder *self, PyObject *a) {
     if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
         PyObject **items = PySequence_Fast_ITEMS(a);
+        if (n > 0 && PyBool_Check(items[0])) { /* a list of bools (output_mask): (bool marker, the bools) */
+            for (Py_ssize_t i = 1; i < n; i++)
+                if (!PyBool_Check(items[i])) return NULL;
+            PyObject *bools = PySequence_Tuple(a);
+            if (bools == NULL) return NULL;
+            PyObject *key = PyTuple_Pack(2, self->bool_marker, bools);
+            Py_DECREF(bools);
+            return key;
+        }
         PyObject *key = PyTuple_New(n + 1);
         if (key == NULL) return NULL;
         PyTuple_SET_ITEM(key, 0, Py_NewRef(self->ints_marker));
@@ -267,4 +276,25 @@ done:
     Py_XDECREF(step);
     Py_XDECREF(stage);
     return result;
+}
+
+/* The JSON of a tuple or list out (a new reference), made once per shape by arguments.py
+ * out_list_json and kept in out_list_jsons; NULL with an exception set. */
+PyObject *out_list_json(OpRecorder *self, long long out_key) {
+    PyObject *key = PyLong_FromLongLong(out_key);
+    if (key == NULL) return NULL;
+    PyObject *json = PyDict_GetItemWithError(self->out_list_jsons, key);
+    if (json != NULL) {
+        Py_DECREF(key);
+        return Py_NewRef(json);
+    }
+    if (PyErr_Occurred() || (json = PyObject_CallOneArg(self->out_list_json, key)) == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(self->out_list_jsons) > INTERNED_LIMIT) PyDict_Clear(self->out_list_jsons);
+    int stored = PyDict_SetItem(self->out_list_jsons, key, json);
+    Py_DECREF(key);
+    if (stored < 0) Py_CLEAR(json);
+    return json;
 }

@@ -1,6 +1,7 @@
 /* capture._native.OpRecorder: the per-op record of capture/dispatch.py's OpLog.record, in C,
  * for the ops that make up nearly every step: positional arguments that are plain CPU
- * tensors, ints, None, finite floats or lists of ints, one plain CPU tensor out, value
+ * tensors, ints, None, finite floats, lists of ints or bools, one plain CPU tensor out or a
+ * tuple or list of them and Nones (convolution_backward, batch norm, unbind), value
  * statistics taken at once (at every level: every state, the synaptic operands, none), no
  * collective, no per-op scalars, no user's dispatch mode underneath.
  *
@@ -158,8 +159,20 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
     Facts facts[MAX_TENSORS];
     PyObject *slots[MAX_TENSORS];
     int n_tensors = 0, n_facts = 0;
-    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) > MAX_ARGS || !is_plain_tensor(self, out))
-        return PyLong_FromLong(-1);
+    /* One tensor out, or a tuple or list of tensors and Nones (convolution_backward, batch norm,
+     * unbind): arguments.py encode_call's ("out", i) slot per tensor, a JSON list of them. */
+    Py_ssize_t out_items = 0;
+    if (!is_plain_tensor(self, out)) {
+        if (!PyTuple_CheckExact(out) && !PyList_CheckExact(out)) return PyLong_FromLong(-1);
+        out_items = PySequence_Fast_GET_SIZE(out);
+        if (out_items == 0 || out_items > MAX_TENSORS - 1) return PyLong_FromLong(-1);
+        for (Py_ssize_t i = 0; i < out_items; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(out, i);
+            if (item != Py_None && !is_plain_tensor(self, item)) return PyLong_FromLong(-1);
+        }
+        propagation = PROPAGATE_NONE; /* the rules read one output (dispatch.py: `t is out`) */
+    }
+    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) > MAX_ARGS) return PyLong_FromLong(-1);
     PyObject *depth = PyObject_CallNoArgs(self->dispatch_depth);
     if (depth == NULL) return NULL;
     long modes = PyLong_AsLong(depth);
@@ -205,10 +218,27 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         }
         PyTuple_SET_ITEM(key, i, item);
     }
-    positions[n_tensors] = -1;
-    listed[n_tensors] = 0;
-    slots[n_tensors] = self->out_slot;
-    facts[n_tensors++].tensor = out;
+    int first_out = n_tensors;
+    long long out_key = 0; /* a listed out's shape: first placeholder, item count, which items are tensors */
+    if (out_items == 0) {
+        positions[n_tensors] = -1;
+        listed[n_tensors] = 0;
+        slots[n_tensors] = self->out_slot;
+        facts[n_tensors++].tensor = out;
+    } else {
+        long long present = 0;
+        for (Py_ssize_t i = 0; i < out_items; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(out, i);
+            if (item == Py_None) continue;
+            if (n_tensors >= MAX_TENSORS) goto python;
+            positions[n_tensors] = -1;
+            listed[n_tensors] = 0;
+            slots[n_tensors] = PyTuple_GET_ITEM(self->out_item_slots, i);
+            facts[n_tensors++].tensor = item;
+            present |= 1LL << i;
+        }
+        out_key = (long long)first_out | ((long long)out_items << 8) | (present << 16);
+    }
     for (int k = 0; k < n_tensors; k++) {
         facts[k].key = facts[k].shape = facts[k].stats = facts[k].form = NULL;
         facts[k].entry = NULL;
@@ -314,8 +344,15 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
         }
         Py_DECREF(args_json); /* the dict holds it */
     }
-    if (n_tensors - 1 >= PyTuple_GET_SIZE(self->out_jsons)) goto python;
-    call = PyTuple_Pack(4, name, args_json, kwargs_json, PyTuple_GET_ITEM(self->out_jsons, n_tensors - 1));
+    if (out_items == 0) {
+        if (n_tensors - 1 >= PyTuple_GET_SIZE(self->out_jsons)) goto python;
+        call = PyTuple_Pack(4, name, args_json, kwargs_json, PyTuple_GET_ITEM(self->out_jsons, n_tensors - 1));
+    } else {
+        PyObject *out_json = out_list_json(self, out_key);
+        if (out_json == NULL) goto done;
+        call = PyTuple_Pack(4, name, args_json, kwargs_json, out_json);
+        Py_DECREF(out_json);
+    }
     if (call == NULL) goto done;
     if (PyDict_GET_SIZE(self->calls) > INTERNED_LIMIT) PyDict_Clear(self->calls);
     PyObject *interned_call = PyDict_SetDefault(self->calls, call, call);
@@ -382,7 +419,7 @@ static const struct {
     FIELD(context), FIELD(registry), FIELD(event_appends), FIELD(use_appends), FIELD(row_appends), FIELD(entries),
     FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind), FIELD(row_kinds), FIELD(forms),
     FIELD(parameter_names), FIELD(interned_args), FIELD(placeholders_json), FIELD(arg_slots), FIELD(out_slot),
-    FIELD(out_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(tensors_marker),
+    FIELD(out_jsons), FIELD(out_item_slots), FIELD(out_list_json), FIELD(out_list_jsons), FIELD(tensor_marker), FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(tensors_marker),
     FIELD(list_slots), FIELD(skipped), FIELD(calls), FIELD(wheres),
     FIELD(tensor_type), FIELD(parameter_type), FIELD(strided), FIELD(bit_formats), FIELD(is_grad_enabled),
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
@@ -411,19 +448,20 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
         Py_SETREF(self->freed, own);
     }
     const char *tuples[] = {"event_appends", "use_appends", "row_appends", "arg_slots", "out_jsons", "free_appends",
-                            "kwarg_types", "list_slots"};
+                            "kwarg_types", "list_slots", "out_item_slots"};
     PyObject *checks[] = {self->event_appends, self->use_appends, self->row_appends, self->arg_slots, self->out_jsons,
-                          self->free_appends, self->kwarg_types, self->list_slots};
-    Py_ssize_t sizes[] = {4, 4, 8, MAX_ARGS, -1, 2, -1, MAX_ARGS};
-    for (int i = 0; i < 8; i++) {
+                          self->free_appends, self->kwarg_types, self->list_slots, self->out_item_slots};
+    Py_ssize_t sizes[] = {4, 4, 8, MAX_ARGS, -1, 2, -1, MAX_ARGS, MAX_TENSORS};
+    for (int i = 0; i < 9; i++) {
         if (!PyTuple_CheckExact(checks[i]) || (sizes[i] >= 0 && PyTuple_GET_SIZE(checks[i]) != sizes[i])) {
             PyErr_Format(PyExc_TypeError, "OpRecorder: %s must be a tuple of %zd", tuples[i], sizes[i]);
             return -1;
         }
     }
     PyObject *dicts[] = {self->entries, self->refs, self->kinds, self->row_kinds, self->forms, self->parameter_names,
-                         self->interned_args, self->calls, self->bit_formats, self->interned_kwargs, self->wheres};
-    for (int i = 0; i < 11; i++) {
+                         self->interned_args, self->calls, self->bit_formats, self->interned_kwargs, self->wheres,
+                         self->out_list_jsons};
+    for (int i = 0; i < 12; i++) {
         if (!PyDict_CheckExact(dicts[i])) {
             PyErr_SetString(PyExc_TypeError, "OpRecorder: its tables must be dicts");
             return -1;

@@ -29,6 +29,7 @@ typedef struct {
     PyObject *event_appends, *use_appends, *row_appends; /* tuples of bound append methods */
     PyObject *entries, *refs, *freed, *kinds, *make_kind, *row_kinds, *forms, *parameter_names;
     PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
+    PyObject *out_item_slots, *out_list_json, *out_list_jsons; /* a tuple or list out: slots, JSON maker, its cache */
     PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
     PyObject *tensor_marker, *float_marker, *ints_marker, *bool_marker, *skipped;
     PyObject *tensors_marker, *list_slots; /* a tensor list's key head; list_slots[position][item] */
@@ -86,6 +87,7 @@ PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);
 Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a);
 int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out);
+PyObject *out_list_json(OpRecorder *self, long long out_key);
 
 /* _native_state.c: the tensor states */
 void clear_facts(Facts *f, int n);

@@ -88,13 +88,14 @@ class _TensorSlot:
 _TENSOR = _TensorSlot()
 _FLOAT = _TensorSlot()  # heads a finite float's key: (_FLOAT, value, sign)
 _INTS = _TensorSlot()  # heads a list or tuple of ints' key: (_INTS, *items)
-_BOOL = _TensorSlot()  # heads a bool's key: (_BOOL, value), so True never meets 1 (equal as keys)
+_BOOL = _TensorSlot()  # heads a bool's key: (_BOOL, value), so True never meets 1 (equal as keys);
+# a non-empty list of bools is (_BOOL, tuple of them), whose JSON is the list
 _TENSORS = _TensorSlot()  # heads a list of tensors' key: (_TENSORS, length)
 _SEQUENCES = (list, tuple)  # both are JSON lists, as the dispatcher treats them alike
 _copysign = math.copysign
 _INTERNED_LIMIT = 65536
 # (args key) -> args JSON, for calls without keyword arguments whose positional arguments
-# are all tensors, ints, None, finite floats, lists of ints or lists of tensors (nearly every
+# are all tensors, ints, None, finite floats, lists of ints, bools or tensors (nearly every
 # op): the same JSON string object every time the same structure recurs, instead of an
 # encoder pass per op. Ints are compared with their type (`type(a) is int`), so True never
 # meets 1; a float's key carries its sign (0.0 == -0.0 as keys, not as JSON) and a marker, so
@@ -162,6 +163,8 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
                 key.append((_INTS, *a))
             elif type(a) is bool:  # keepdim, half_to_float, ...
                 key.append((_BOOL, a))
+            elif type(a) in _SEQUENCES and a and all(type(e) is bool for e in a):  # output_mask
+                key.append((_BOOL, tuple(a)))  # its JSON: the list of bools
             elif type(a) in _SEQUENCES and a and all(isinstance(e, torch.Tensor) for e in a):  # cat, stack
                 tensors.extend((e, use_slot("arg", i, None, item)) for item, e in enumerate(a))
                 key.append((_TENSORS, len(a)))
@@ -198,6 +201,21 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
         if intern:
             out_json = _intern(out_json)
     return args_json, kwargs_json, out_json, tensors
+
+
+def out_list_json(key: int) -> str:
+    """The out JSON encode_call writes for a tuple or list of tensors and Nones, for the compiled
+    record (capture/_native_record.c): `key` packs the first tensor's placeholder index (bits
+    0-7), the item count (8-15) and which items are tensors (a bit each from 16)."""
+    first, count, present = key & 0xFF, (key >> 8) & 0xFF, key >> 16
+    items, k = [], first
+    for i in range(count):
+        if present >> i & 1:
+            items.append({"$t": k})
+            k += 1
+        else:
+            items.append(None)
+    return _intern(_dumps(items))
 
 
 def _encode_args(args: tuple, tensors: list) -> str:

@@ -30,6 +30,7 @@ ARITHMETIC_HANDLING = {"aten.add.Tensor": PROPAGATE_ADD, "aten.sub.Tensor": PROP
 
 # Tensor list items the compiled record takes (its MAX_TENSORS, less the output and one spare).
 MAX_LISTED = 30
+MAX_TENSORS = MAX_LISTED + 2  # _native_record.h MAX_TENSORS: a tuple out has a slot for each item
 
 
 def compiled_propagation(name: str, rule) -> int:
@@ -65,6 +66,8 @@ def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_ap
         parameter_names=registry.parameter_names, interned_args=arguments._interned_args,
         placeholders_json=arguments._placeholders_json, arg_slots=tuple(arguments._ARG_SLOTS),
         out_slot=arguments._OUT_SLOT, out_jsons=tuple(arguments._OUT_TENSOR), tensor_marker=arguments._TENSOR,
+        out_item_slots=tuple(arguments.use_slot("out", i, None, None) for i in range(MAX_TENSORS)),
+        out_list_json=arguments.out_list_json, out_list_jsons={},
         float_marker=arguments._FLOAT, ints_marker=arguments._INTS, bool_marker=arguments._BOOL,
         tensors_marker=arguments._TENSORS, list_slots=tuple(
             tuple(arguments.use_slot("arg", position, None, item) for item in range(MAX_LISTED))

@@ -22,6 +22,7 @@ ARGUMENTS = [
     (T, [2, 3]), (T, (2, 3)), (T, [2.0, 3]), (T, [True, 1]), (T, [1, True]), (T, []), (T, ()),
     ([T, U],), ([T, U], 1), ((U, T, U), -1), ([T, None],), ([],), (T, None, 3.5), (None, T, [0, 1], 2.5),
     (T, "mean"), (T, torch.float16), (T, [[1, 2], [3]]), (T, [T, 2]),
+    (T, [True, False, True]), (T, [1, 0, 1]), (T, (False,)), (T, (0,)), (T, [True, 1.0]), (T, [False, None]),
 ]
 
 

@@ -22,6 +22,7 @@ from torch import nn
 import capture.native
 from analyze import open_trace
 from capture import Recorder
+from capture.dispatch import OpLog
 from capture.fast_paths import ENVIRONMENT_VARIABLE
 from capture.value_counts import python_stats
 from schemas.tables import TABLES
@@ -139,18 +140,23 @@ def test_formats_the_scan_cannot_read_are_left_to_python():
 
 
 class UserNet(nn.Module):
-    """A small spiking-style net as a user writes it: in-place activations, views, a residual."""
+    """A small spiking-style net as a user writes it: in-place activations, views, a residual,
+    and ops with tuple outputs (a convolution without bias and its backward, whose grad_bias
+    is None; batch norm; max pooling with indices; unbind)."""
 
     def __init__(self):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(12, 24), nn.Linear(24, 12)
+        self.conv, self.bn = nn.Conv2d(1, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2)
 
     def forward(self, x):
         h = self.fc1(x)
         h.relu_()
         spikes = (h > 0.2).float()
         h = self.fc2(spikes[:, :24])
-        return (h + x).t().contiguous().t() * 0.5
+        pooled = F.max_pool2d(self.bn(self.conv(x.view(-1, 1, 3, 4))), 2)
+        rows = torch.stack(h.unbind(0))
+        return (rows + x).t().contiguous().t() * 0.5 + pooled.mean()
 
 
 def _run(path, slow: str, monkeypatch, level: str = "full") -> dict[str, pd.DataFrame]:
@@ -184,6 +190,35 @@ def _run(path, slow: str, monkeypatch, level: str = "full") -> dict[str, pd.Data
             frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
             tables[table] = frame.drop(columns=["storage_ptr"], errors="ignore")  # the allocator's choice
     return tables
+
+
+TUPLE_OUTPUTS = ("aten.convolution_backward.default", "aten.native_batch_norm.default",
+                 "aten.native_batch_norm_backward.default", "aten.max_pool2d_with_indices.default", "aten.unbind.int")
+
+
+def test_ops_with_tuple_outputs_take_the_compiled_record(tmp_path, monkeypatch):
+    # Ops returning a tuple of tensors and Nones are the compiled record's too; what it
+    # writes for them is the Python record's (the comparison below).
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+    in_python = []
+    record_in_python = OpLog.record_in_python
+
+    def watched(self, plan, func, args, kwargs, out):
+        if not torch.is_inference_mode_enabled():  # inference tensors are the Python path's
+            in_python.append(plan.name)
+        return record_in_python(self, plan, func, args, kwargs, out)
+
+    monkeypatch.setattr(OpLog, "record_in_python", watched)
+    native = _run(tmp_path / "native", "", monkeypatch)
+    ops = set(native["events"]["op"])
+    assert set(TUPLE_OUTPUTS) <= ops
+    assert not set(TUPLE_OUTPUTS) & set(in_python), sorted(set(in_python))
+    uses = native["event_tensors"].merge(native["events"][["seq", "op", "out"]], on="seq")
+    backward = uses[uses["op"] == "aten.convolution_backward.default"]
+    # the input needs no grad and the convolution has no bias: grad_weight only, in its place
+    assert set(backward["out"]) == {'[null,{"$t":3},null]'}
+    assert set(backward[backward["role"] == "out"]["position"]) == {1}
 
 
 @pytest.mark.parametrize("level", ["full", "synaptic", "none"])
