@@ -7,15 +7,14 @@
  * floats) masked is not all zeros, which is what `x != 0` says for every value (-0.0 is zero,
  * NaN is not). The counts are integers, so the result is exact (the Python path's float64
  * sum is exact too while it stays below 2**53). */
-#include <Python.h>
-#include <stdint.h>
+#include "_native.h"
 
 /* counts[k] += the nonzeros of line k of a 2-D view (kept axis k, reduced axis r), read in
  * memory order: the kept axis inner where its stride is the smaller (a row-major x, counted
  * per column), else the reduced axis inner with one counter (a row-major y, counted per row).
  * One function per element width, so each inner loop is a plain compare-and-add. */
 #define DEFINE_COUNT(NAME, TYPE)                                                                        \
-    static void NAME(const char *base, uint64_t mask, int64_t kept, int64_t kept_step, int64_t reduced, \
+    VECTOR_CLONES static void NAME(const char *base, uint64_t mask, int64_t kept, int64_t kept_step, int64_t reduced, \
                      int64_t reduced_step, int64_t *counts) {                                         \
         const TYPE m = (TYPE)mask;                                                                   \
         int64_t ks = kept_step / (int64_t)sizeof(TYPE), rs = reduced_step / (int64_t)sizeof(TYPE);   \
@@ -138,6 +137,27 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromUnsignedLongLong(total);
 }
 
+/* A share of nonzero_counts among the threads of torch's OpenMP runtime (capture/_native.h):
+ * thread `index` of `count` counts the slices a of its own run [a0, a1) into its own row of
+ * `parts` (kept counts each), which the caller adds up: each thread reads memory of its own,
+ * as the single pass does (cutting the positions instead splits every line between the
+ * threads, and measured no faster than one thread). */
+typedef struct {
+    const Operand3 *x;
+    int64_t *parts; /* count rows of kept counts */
+} CountsJob;
+
+static void count_share(void *data, int index, int count) {
+    const CountsJob *job = (const CountsJob *)data;
+    const Operand3 *x = job->x;
+    int64_t outer = x->shape[0], kept = x->shape[2], share = (outer + count - 1) / count;
+    int64_t a0 = share * index, a1 = a0 + share < outer ? a0 + share : outer;
+    int64_t *counts = job->parts + index * kept;
+    for (int64_t a = a0; a < a1; a++)
+        count_lines((const char *)x->address + a * x->strides[0], x->size, x->mask, kept, x->strides[2],
+                    x->shape[1], x->strides[1], counts);
+}
+
 /* nonzero_counts((address, element_size, mask, (A, B, K), strides)) -> bytes: int64 counts, for
  * each k, of the nonzero x[a, b, k] over a and b: a convolution input's nonzeros per spatial
  * position over batch and channels (capture/op_statistics.py _spatial_counts), one pass. */
@@ -157,10 +177,23 @@ PyObject *native_nonzero_counts(PyObject *Py_UNUSED(self), PyObject *args) {
     if (result == NULL) return NULL;
     int64_t *counts = (int64_t *)PyBytes_AS_STRING(result);
     for (int64_t k = 0; k < kept; k++) counts[k] = 0;
+    int threads = native_scan_threads(outer * reduced * kept * x.size);
+    if (threads > outer) threads = outer > 1 ? (int)outer : 1;
+    /* zeroed: the rows of threads a smaller team than asked never had add nothing */
+    int64_t *parts = threads > 1 ? PyMem_Calloc((size_t)(threads * kept) + 1, sizeof(int64_t)) : NULL;
+    if (threads > 1 && parts == NULL) threads = 1; /* one thread, as before */
+    CountsJob job = {&x, parts};
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t a = 0; a < outer; a++)
-        count_lines((const char *)x.address + a * x.strides[0], x.size, x.mask, kept, x.strides[2], reduced,
-                    x.strides[1], counts);
+    if (threads > 1) {
+        native_run_parallel(count_share, &job, threads);
+        for (int i = 0; i < threads; i++)
+            for (int64_t k = 0; k < kept; k++) counts[k] += parts[i * kept + k];
+    } else {
+        for (int64_t a = 0; a < outer; a++)
+            count_lines((const char *)x.address + a * x.strides[0], x.size, x.mask, kept, x.strides[2], reduced,
+                        x.strides[1], counts);
+    }
     Py_END_ALLOW_THREADS
+    PyMem_Free(parts);
     return result;
 }

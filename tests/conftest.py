@@ -41,3 +41,20 @@ def engine_calls(monkeypatch):
     monkeypatch.setattr(neuromc, "activity", counted_mapping)
     monkeypatch.setattr(analyze.counters, "count_events", counted_counting)
     return seen
+
+
+@pytest.fixture
+def shared_scans():
+    """Every scan shared among threads however small (capture/_native_parallel.c), restored after."""
+    import torch
+
+    import capture.native
+
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path")
+    found, min_bytes, max_threads = capture.native._native.parallel_scan()
+    threads = torch.get_num_threads()
+    capture.native._native.parallel_scan(min_bytes=0)
+    yield found
+    torch.set_num_threads(threads)
+    capture.native._native.parallel_scan(min_bytes=min_bytes, max_threads=max_threads)

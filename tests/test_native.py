@@ -86,19 +86,6 @@ def test_the_scan_counts_what_the_values_say(dtype):
         assert python_stats(t) == expected, (dtype, name)
 
 
-@pytest.fixture
-def shared_scans():
-    """Every scan shared among threads however small (capture/_native_parallel.c), restored after."""
-    if not capture.native.AVAILABLE:
-        pytest.skip("no compiled path")
-    found, min_bytes, max_threads = capture.native._native.parallel_scan()
-    threads = torch.get_num_threads()
-    capture.native._native.parallel_scan(min_bytes=0)
-    yield found
-    torch.set_num_threads(threads)
-    capture.native._native.parallel_scan(min_bytes=min_bytes, max_threads=max_threads)
-
-
 def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
     # torch's Linux wheels run their CPU kernels on libgomp; the scan shares that team.
     if "OpenMP" not in torch.__config__.parallel_info():

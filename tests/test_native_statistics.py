@@ -134,3 +134,19 @@ def test_the_compiled_spatial_counts_equal_the_definition(case):
         assert got.dtype == torch.float64 and torch.equal(got, want)
     assert torch.equal(op_statistics._spatial_counts(x), want)
 
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_spatial_counts_shared_among_threads_equal_the_definition(shared_scans, threads):
+    # Cut into one run of positions per thread (capture/_native_pairs.c count_share, every
+    # count shared here whatever its size): the same counts, on each layout the pass reads.
+    from capture import op_statistics
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(3)
+    analog = torch.randn(3, 5, 17, 23).relu()  # 391 positions: uneven shares
+    for name, x in {"analog": analog, "channels_last": analog.to(memory_format=torch.channels_last),
+                    "batch and channels swapped": analog.transpose(0, 1), "int8": (analog * 4).to(torch.int8),
+                    "conv1d": torch.randn(2, 3, 500).relu()}.items():
+        got = op_statistics._compiled_spatial_counts(x)
+        assert got is not None and torch.equal(got, (x != 0).double().sum(dim=(0, 1))), name
