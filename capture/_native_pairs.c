@@ -54,6 +54,51 @@ static void count_lines(const char *base, int size, uint64_t mask, int64_t kept,
     }
 }
 
+/* count_lines shared among the threads of torch's OpenMP runtime (capture/_native.h) for a
+ * large view: each thread takes a run of the axis count_lines walks outermost, so it reads
+ * memory of its own. The reduced axis outer (a row-major x counted per column): a run of its
+ * lines into the thread's own row of `parts` (threads x kept, zeroed), added up after; the
+ * kept axis outer (a row-major y counted per row): a run of k straight into `counts`. */
+typedef struct {
+    const char *base;
+    int size;
+    uint64_t mask;
+    int64_t kept, kept_step, reduced, reduced_step;
+    int64_t *counts, *parts;
+} LinesJob;
+
+static int kept_inner(int64_t kept_step, int64_t reduced_step) {
+    return (kept_step < 0 ? -kept_step : kept_step) <= (reduced_step < 0 ? -reduced_step : reduced_step);
+}
+
+static void lines_share(void *data, int index, int count) {
+    const LinesJob *job = (const LinesJob *)data;
+    int split_reduced = kept_inner(job->kept_step, job->reduced_step);
+    int64_t length = split_reduced ? job->reduced : job->kept, share = (length + count - 1) / count;
+    int64_t start = share * index, end = start + share < length ? start + share : length;
+    if (start >= end) return;
+    if (split_reduced)
+        count_lines(job->base + start * job->reduced_step, job->size, job->mask, job->kept, job->kept_step,
+                    end - start, job->reduced_step, job->parts + index * job->kept);
+    else
+        count_lines(job->base + start * job->kept_step, job->size, job->mask, end - start, job->kept_step,
+                    job->reduced, job->reduced_step, job->counts + start);
+}
+
+/* count_lines on `threads` threads where it is worth it (parts: threads x kept counts, or NULL). */
+static void count_lines_shared(LinesJob *job, int threads) {
+    if (threads <= 1 || job->parts == NULL) {
+        count_lines(job->base, job->size, job->mask, job->kept, job->kept_step, job->reduced, job->reduced_step,
+                    job->counts);
+        return;
+    }
+    memset(job->parts, 0, (size_t)(threads * job->kept) * sizeof(int64_t));
+    native_run_parallel(lines_share, job, threads);
+    if (kept_inner(job->kept_step, job->reduced_step))
+        for (int i = 0; i < threads; i++)
+            for (int64_t k = 0; k < job->kept; k++) job->counts[k] += job->parts[i * job->kept + k];
+}
+
 typedef struct {
     uintptr_t address;
     int size;
@@ -115,16 +160,22 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     int64_t *counts = PyMem_Calloc(inner > 0 ? 2 * inner : 1, sizeof(int64_t));
     if (counts == NULL) return PyErr_NoMemory();
     int64_t *of_x = counts, *of_y = counts + inner;
+    /* a batch's operand shared among threads where it is large (one pass each otherwise) */
+    int x_threads = native_scan_threads(rows * inner * x.size), y_threads = native_scan_threads(inner * columns * y.size);
+    int threads = x_threads > y_threads ? x_threads : y_threads;
+    int64_t *parts = threads > 1 ? PyMem_Calloc((size_t)(threads * inner) + 1, sizeof(int64_t)) : NULL;
+    /* x (M, K): kept k (axis 2), reduced m; y (K, N): kept k (axis 1), reduced n */
+    LinesJob x_lines = {NULL, x.size, x.mask, inner, x.strides[2], rows, x.strides[1], of_x, parts};
+    LinesJob y_lines = {NULL, y.size, y.mask, inner, y.strides[1], columns, y.strides[2], of_y, parts};
     uint64_t total = 0; /* pairs: at most B*M*K*N; past 2**64 the caller counts in Python */
     int overflow = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t b = 0; b < batches; b++) {
         for (int64_t k = 0; k < inner; k++) of_x[k] = of_y[k] = 0;
-        const char *xb = (const char *)x.address + b * x.strides[0];
-        const char *yb = (const char *)y.address + b * y.strides[0];
-        /* x (M, K): kept k (axis 2), reduced m; y (K, N): kept k (axis 1), reduced n */
-        count_lines(xb, x.size, x.mask, inner, x.strides[2], rows, x.strides[1], of_x);
-        count_lines(yb, y.size, y.mask, inner, y.strides[1], columns, y.strides[2], of_y);
+        x_lines.base = (const char *)x.address + b * x.strides[0];
+        y_lines.base = (const char *)y.address + b * y.strides[0];
+        count_lines_shared(&x_lines, x_threads);
+        count_lines_shared(&y_lines, y_threads);
         for (int64_t k = 0; k < inner; k++) {
             uint64_t pairs;
             overflow |= __builtin_mul_overflow((uint64_t)of_x[k], (uint64_t)of_y[k], &pairs);
@@ -133,6 +184,7 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(counts);
+    PyMem_Free(parts);
     if (overflow) Py_RETURN_NONE;
     return PyLong_FromUnsignedLongLong(total);
 }

@@ -61,6 +61,23 @@ def test_the_compiled_pair_count_equals_the_definition(case):
         assert float(op_statistics._gemm_pairs(x, y)) == got
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_pair_count_shared_among_threads_equals_the_definition(shared_scans, threads):
+    # Each operand's lines cut among threads (capture/_native_pairs.c lines_share): a run of
+    # the reduced axis into a row of counts of its own, or a run of k straight into the counts,
+    # whichever the pass walks outermost; every operand shared here whatever its size.
+    from capture import op_statistics
+
+    torch.set_num_threads(threads)
+    cases = dict(_pair_cases())
+    torch.manual_seed(4)
+    wide = torch.randn(70, 130).relu()
+    cases["uneven shares, both orders"] = (wide, torch.randn(130, 9).relu())
+    cases["y read per row"] = (wide.t().contiguous().t(), torch.randn(130, 301).relu())
+    for name, (x, y) in cases.items():
+        assert op_statistics._gemm_pairs(x, y) == _pairs_by_torch(x, y), name
+
+
 def _ternary_cases():
     torch.manual_seed(1)
     signs = torch.randint(-1, 2, (6, 7)).float()
