@@ -38,7 +38,8 @@ int read_layout(const char *op, PyObject *shape_object, PyObject *strides_object
                 Py_ssize_t *ndim, int64_t *numel);
 
 /* Large scans shared among the threads of the OpenMP runtime torch runs (capture/_native_parallel.c).
- * native_parallel_init() looks for it once, when the module loads; native_scan_threads(bytes) is
+ * native_parallel_init() looks for it (when the module loads, and until found at each large
+ * scan: this module may load before torch); native_scan_threads(bytes) is
  * how many threads a scan of that many bytes gets (1: the calling thread alone);
  * native_run_parallel() calls body(data, index, count) once on each of `count` threads (the
  * team torch's runtime gives, which may be smaller than asked) and returns when all are done. */

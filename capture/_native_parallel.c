@@ -7,8 +7,9 @@
  * that same runtime, on its threads, so it uses what torch uses and no more: as many threads as
  * torch.set_num_threads() allows (omp_get_max_threads()), none of our own.
  *
- * No link-time dependency: the runtime is found when the module loads, and only if the process
- * has it loaded already (dlopen with RTLD_NOLOAD), through the GOMP_parallel entry point that
+ * No link-time dependency: the runtime is looked for when the module loads and, until found, at
+ * each large scan (this module may load before torch), and only if the process has it loaded
+ * already (dlopen with RTLD_NOLOAD), through the GOMP_parallel entry point that
  * GCC's libgomp, LLVM's libomp and Intel's libiomp5 all export. Where none is loaded, or on a
  * platform without dlopen, every scan runs on the calling thread as before. The counts do not
  * depend on how the memory is cut: each thread counts its own range into its own slot and the
@@ -35,6 +36,7 @@ static int (*omp_max_threads)(void) = NULL;
 
 void native_parallel_init(void) {
 #ifdef HAVE_DLOPEN
+    if (gomp_parallel != NULL) return;
     static const char *runtimes[] = {"libgomp.so.1", "libomp.so", "libiomp5.so", "libomp.dylib", "libiomp5.dylib"};
     for (size_t i = 0; i < sizeof runtimes / sizeof runtimes[0]; i++) {
         void *handle = dlopen(runtimes[i], RTLD_NOW | RTLD_NOLOAD); /* only one already loaded */
@@ -53,7 +55,9 @@ void native_parallel_init(void) {
 }
 
 int native_scan_threads(int64_t bytes) {
-    if (gomp_parallel == NULL || bytes < parallel_from_bytes) return 1;
+    if (bytes < parallel_from_bytes) return 1;
+    if (gomp_parallel == NULL) native_parallel_init(); /* the module may have loaded before torch */
+    if (gomp_parallel == NULL) return 1;
     int threads = omp_max_threads();
     if (threads > thread_cap) threads = thread_cap;
     return threads > 1 ? threads : 1;
@@ -97,6 +101,7 @@ PyObject *native_parallel_scan(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     parallel_from_bytes = bytes, thread_cap = (int)cap;
+    native_parallel_init();
     return Py_BuildValue("OLi", gomp_parallel != NULL ? Py_True : Py_False, (long long)parallel_from_bytes,
                          thread_cap);
 }

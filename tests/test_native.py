@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -91,6 +93,26 @@ def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
     if "OpenMP" not in torch.__config__.parallel_info():
         pytest.skip("this torch runs no OpenMP runtime")
     assert shared_scans
+
+
+def test_the_scan_finds_the_runtime_when_the_module_loaded_before_torch():
+    # capture._native without torch (the writer's flush imports it, analyses may): the runtime
+    # torch loads later is found at the first large scan.
+    if not capture.native.AVAILABLE or "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("no compiled path, or a torch without OpenMP")
+    script = (
+        "import sys\n"
+        "from capture import _native\n"
+        "assert 'torch' not in sys.modules\n"
+        "before = _native.parallel_scan()[0]\n"
+        "import torch\n"
+        "from capture.native import scan_stats\n"
+        "x = (torch.rand(1 << 20) < 0.5).float()\n"
+        "assert scan_stats(x) == (int((x != 0).sum()), True)\n"
+        "print(before, _native.parallel_scan()[0])\n"
+    )
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert found == ["False", "True"]
 
 
 @pytest.mark.parametrize("threads", [2, 3, 5])
