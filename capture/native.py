@@ -55,7 +55,6 @@ def scan_stats(t: torch.Tensor) -> tuple[int, bool] | None:
     return nnz, binary_type or ones == nnz
 
 
-
 def share_scans(shared: bool) -> tuple | None:
     """Let large scans run on torch's OpenMP threads (True) or keep every scan on the calling
     thread (False), for the Recorder that opens now; returns the settings to restore() after."""
