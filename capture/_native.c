@@ -287,7 +287,10 @@ static void scan_range(const ScanPlan *plan, int64_t begin, int64_t end, Counts 
  * vector loops see whole vectors but at the very end), counted into its own slot. */
 static void scan_share(void *data, int index, int count) {
     ScanPlan *plan = (ScanPlan *)data;
-    if (index >= MAX_SCAN_THREADS) return; /* cannot happen: no team exceeds the threads asked */
+    /* No team exceeds the threads asked (at most MAX_SCAN_THREADS); were one larger, its first
+     * MAX_SCAN_THREADS threads would still cover every element between them. */
+    if (count > MAX_SCAN_THREADS) count = MAX_SCAN_THREADS;
+    if (index >= count) return;
     int64_t share = ((plan->total + count - 1) / count + 63) & ~(int64_t)63;
     int64_t begin = share * index, end = begin + share < plan->total ? begin + share : plan->total;
     Counts mine = {0, 0};

@@ -65,6 +65,7 @@ typedef struct {
     uint64_t mask;
     int64_t kept, kept_step, reduced, reduced_step;
     int64_t *counts, *parts;
+    int rows; /* the rows of kept counts parts holds: no thread writes past them */
 } LinesJob;
 
 static int kept_inner(int64_t kept_step, int64_t reduced_step) {
@@ -73,6 +74,8 @@ static int kept_inner(int64_t kept_step, int64_t reduced_step) {
 
 static void lines_share(void *data, int index, int count) {
     const LinesJob *job = (const LinesJob *)data;
+    if (count > job->rows) count = job->rows; /* cannot happen (a team is at most as asked): then */
+    if (index >= count) return;               /* the first `rows` threads still cover every line */
     int split_reduced = kept_inner(job->kept_step, job->reduced_step);
     int64_t length = split_reduced ? job->reduced : job->kept, share = (length + count - 1) / count;
     int64_t start = share * index, end = start + share < length ? start + share : length;
@@ -93,6 +96,7 @@ static void count_lines_shared(LinesJob *job, int threads) {
         return;
     }
     memset(job->parts, 0, (size_t)(threads * job->kept) * sizeof(int64_t));
+    job->rows = threads;
     native_run_parallel(lines_share, job, threads);
     if (kept_inner(job->kept_step, job->reduced_step))
         for (int i = 0; i < threads; i++)
@@ -165,8 +169,8 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     int threads = x_threads > y_threads ? x_threads : y_threads;
     int64_t *parts = threads > 1 ? PyMem_Calloc((size_t)(threads * inner) + 1, sizeof(int64_t)) : NULL;
     /* x (M, K): kept k (axis 2), reduced m; y (K, N): kept k (axis 1), reduced n */
-    LinesJob x_lines = {NULL, x.size, x.mask, inner, x.strides[2], rows, x.strides[1], of_x, parts};
-    LinesJob y_lines = {NULL, y.size, y.mask, inner, y.strides[1], columns, y.strides[2], of_y, parts};
+    LinesJob x_lines = {NULL, x.size, x.mask, inner, x.strides[2], rows, x.strides[1], of_x, parts, 1};
+    LinesJob y_lines = {NULL, y.size, y.mask, inner, y.strides[1], columns, y.strides[2], of_y, parts, 1};
     uint64_t total = 0; /* pairs: at most B*M*K*N; past 2**64 the caller counts in Python */
     int overflow = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -196,11 +200,14 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
  * threads, and measured no faster than one thread). */
 typedef struct {
     const Operand3 *x;
-    int64_t *parts; /* count rows of kept counts */
+    int64_t *parts; /* rows x kept counts */
+    int rows;
 } CountsJob;
 
 static void count_share(void *data, int index, int count) {
     const CountsJob *job = (const CountsJob *)data;
+    if (count > job->rows) count = job->rows; /* as lines_share */
+    if (index >= count) return;
     const Operand3 *x = job->x;
     int64_t outer = x->shape[0], kept = x->shape[2], share = (outer + count - 1) / count;
     int64_t a0 = share * index, a1 = a0 + share < outer ? a0 + share : outer;
@@ -234,7 +241,7 @@ PyObject *native_nonzero_counts(PyObject *Py_UNUSED(self), PyObject *args) {
     /* zeroed: the rows of threads a smaller team than asked never had add nothing */
     int64_t *parts = threads > 1 ? PyMem_Calloc((size_t)(threads * kept) + 1, sizeof(int64_t)) : NULL;
     if (threads > 1 && parts == NULL) threads = 1; /* one thread, as before */
-    CountsJob job = {&x, parts};
+    CountsJob job = {&x, parts, threads};
     Py_BEGIN_ALLOW_THREADS
     if (threads > 1) {
         native_run_parallel(count_share, &job, threads);
