@@ -23,8 +23,9 @@
 #define HAVE_DLOPEN 1
 #endif
 
-/* Below this a scan stays on the calling thread: waking a sleeping worker costs ~10-50 us, and
- * a 1 MB scan takes ~25 us on one core (capture/native.py PARALLEL_SCAN_BYTES measures it). */
+/* Below this a scan stays on the calling thread: a parallel region costs a few us when torch's
+ * workers spin and more when they sleep, and a 512 KB scan takes ~10 us on one core
+ * (benchmarks/shared_scans.py: no gain at 256 KB, 1.1-1.3x at 1 MB, 1.6-1.8x from 8 MB). */
 static int64_t parallel_from_bytes = 512 << 10;
 static int thread_cap = MAX_SCAN_THREADS;
 
