@@ -16,7 +16,7 @@ import torch
 
 from analyze import open_trace
 from analyze.counters import counts
-from capture import Recorder, native
+from capture import Recorder
 from capture.fast_paths import ENVIRONMENT_VARIABLE, FAST_PATHS, enabled_fast_paths
 from schemas.tables import TABLES
 from tests import zoo
@@ -57,21 +57,9 @@ def test_the_switch_names_every_fast_path_and_refuses_unknown_names(monkeypatch)
         enabled_fast_paths()
 
 
-@pytest.fixture
-def every_scan_shared():
-    """The zoo's tensors are small: with shared_scans on, every scan of 64 elements a thread or
-    more is cut among torch's threads here, so the comparison covers the shared scan."""
-    if not native.AVAILABLE:
-        yield
-        return
-    before = native._native.parallel_scan()
-    native._native.parallel_scan(min_bytes=0)
-    yield
-    native.restore_scans(before)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_every_fast_path_records_what_its_slow_path_records(tmp_path, monkeypatch, case, every_scan_shared):
+def test_every_fast_path_records_what_its_slow_path_records(tmp_path, monkeypatch, case, shared_scans):
+    # shared_scans (tests/conftest.py): the zoo's tensors are small, so every scan is cut here
     fast = capture_tables(tmp_path / "fast", case, monkeypatch, "")
     assert len(fast["events"]) > 100 and fast["tensors"]["nnz"].notna().any()
     for slow in ["all", *FAST_PATHS]:

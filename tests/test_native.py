@@ -89,6 +89,8 @@ def test_the_scan_counts_what_the_values_say(dtype):
 
 
 def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path")
     # torch's Linux wheels run their CPU kernels on libgomp; the scan shares that team.
     if "OpenMP" not in torch.__config__.parallel_info():
         pytest.skip("this torch runs no OpenMP runtime")
@@ -118,6 +120,8 @@ def test_the_scan_finds_the_runtime_when_the_module_loaded_before_torch():
 @pytest.mark.parametrize("threads", [2, 3, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64], ids=str)
 def test_a_scan_shared_among_threads_counts_what_the_values_say(shared_scans, dtype, threads):
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path")
     # Cut into `threads` runs of a multiple of 64 elements each, across row ends of strided
     # views (transposed, sliced, flipped, expanded), the counts are the reference's.
     torch.set_num_threads(threads)  # the team the scan asks torch's runtime for
