@@ -99,6 +99,14 @@ def coverage_vector(
 
 @functools.lru_cache(maxsize=512)
 def _cached_map(spatial_in, kernel, stride, padding, dilation, transposed, output_padding, device):
+    # Built once per geometry, so the guards are taken here, not on every call (~50 us a call,
+    # as much as the taps' sum). A map first built under inference_mode would be an inference
+    # tensor; it is kept ordinary.
+    with _no_python_dispatch(), torch.no_grad(), torch.inference_mode(False):
+        return _build_map(spatial_in, kernel, stride, padding, dilation, transposed, output_padding, device)
+
+
+def _build_map(spatial_in, kernel, stride, padding, dilation, transposed, output_padding, device):
     if device.type != "cpu":
         # One host->device copy per geometry; later calls reuse it, so no per-call transfer.
         cpu = _cached_map(spatial_in, kernel, stride, padding, dilation, transposed,
@@ -121,33 +129,12 @@ def coverage_map(spatial_in: Sequence[int], kernel: Sequence[int], stride, paddi
 
     The result is cached and shared between callers: treat it as read-only.
     """
-    # The same convolution asks again every call: its arguments as they come find the map
-    # before any normalising or guard (those cost ~50 us a call, as much as the taps' sum).
-    quick = (tuple(spatial_in), tuple(kernel), _hashable(stride), _hashable(padding), _hashable(dilation),
-             transposed, _hashable(output_padding), None if device is None else str(device))
-    found = _QUICK_MAPS.get(quick)
-    if found is not None:
-        return found
     n = len(spatial_in)
     # aten ignores output_padding for normal convs; zeroing it keeps the cache tight.
     outpad = _ints(output_padding, n) if transposed else (0,) * n
     key = (tuple(int(s) for s in spatial_in), _ints(kernel, n), _ints(stride, n, 1),
            _ints(padding, n, 0), _ints(dilation, n, 1), bool(transposed), outpad)
-    # A map first built under inference_mode would be an inference tensor; keep it ordinary.
-    with _no_python_dispatch(), torch.no_grad(), torch.inference_mode(False):
-        found = _cached_map(*key, torch.device("cpu" if device is None else device))
-    if len(_QUICK_MAPS) > 512:
-        _QUICK_MAPS.clear()
-    _QUICK_MAPS[quick] = found
-    return found
-
-
-# coverage_map's arguments as given -> its map (the same objects _cached_map holds)
-_QUICK_MAPS: dict[tuple, torch.Tensor] = {}
-
-
-def _hashable(value):
-    return tuple(value) if isinstance(value, list) else value
+    return _cached_map(*key, torch.device("cpu" if device is None else device))
 
 
 def conv_spike_taps(x: torch.Tensor, weight_shape: Sequence[int], stride, padding, dilation,
