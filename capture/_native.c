@@ -291,10 +291,9 @@ static void scan_share(void *data, int index, int count) {
      * MAX_SCAN_THREADS threads would still cover every element between them. */
     if (count > MAX_SCAN_THREADS) count = MAX_SCAN_THREADS;
     if (index >= count) return;
-    int64_t share = ((plan->total + count - 1) / count + 63) & ~(int64_t)63;
-    int64_t begin = share * index, end = begin + share < plan->total ? begin + share : plan->total;
+    int64_t begin, end;
     Counts mine = {0, 0};
-    if (begin < end) scan_range(plan, begin, end, &mine);
+    if (native_share(plan->total, index, count, 64, &begin, &end)) scan_range(plan, begin, end, &mine);
     plan->parts[index] = mine;
 }
 

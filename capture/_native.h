@@ -48,6 +48,9 @@ typedef void (*ParallelBody)(void *data, int index, int count);
 void native_parallel_init(void);
 int native_scan_threads(int64_t bytes);
 void native_run_parallel(ParallelBody body, void *data, int threads);
+/* The run [*start, *end) of `length` items that share `index` of `count` takes: equal runs, each
+ * a multiple of `align` items (whole vectors) but the last; 0 when it takes none. */
+int native_share(int64_t length, int index, int count, int64_t align, int64_t *start, int64_t *end);
 PyObject *native_parallel_scan(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* type ready and added to the module as `name`: 0, or -1 with an exception set. */

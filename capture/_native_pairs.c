@@ -77,9 +77,8 @@ static void lines_share(void *data, int index, int count) {
     if (count > job->rows) count = job->rows; /* cannot happen (a team is at most as asked): then */
     if (index >= count) return;               /* the first `rows` threads still cover every line */
     int split_reduced = kept_inner(job->kept_step, job->reduced_step);
-    int64_t length = split_reduced ? job->reduced : job->kept, share = (length + count - 1) / count;
-    int64_t start = share * index, end = start + share < length ? start + share : length;
-    if (start >= end) return;
+    int64_t start, end;
+    if (!native_share(split_reduced ? job->reduced : job->kept, index, count, 1, &start, &end)) return;
     if (split_reduced)
         count_lines(job->base + start * job->reduced_step, job->size, job->mask, job->kept, job->kept_step,
                     end - start, job->reduced_step, job->parts + index * job->kept);
@@ -209,8 +208,8 @@ static void count_share(void *data, int index, int count) {
     if (count > job->rows) count = job->rows; /* as lines_share */
     if (index >= count) return;
     const Operand3 *x = job->x;
-    int64_t outer = x->shape[0], kept = x->shape[2], share = (outer + count - 1) / count;
-    int64_t a0 = share * index, a1 = a0 + share < outer ? a0 + share : outer;
+    int64_t kept = x->shape[2], a0, a1;
+    if (!native_share(x->shape[0], index, count, 1, &a0, &a1)) return;
     int64_t *counts = job->parts + index * kept;
     for (int64_t a = a0; a < a1; a++)
         count_lines((const char *)x->address + a * x->strides[0], x->size, x->mask, kept, x->strides[2],

@@ -85,6 +85,13 @@ void native_run_parallel(ParallelBody body, void *data, int threads) {
     gomp_parallel(region_entry, &region, (unsigned)threads, 0);
 }
 
+int native_share(int64_t length, int index, int count, int64_t align, int64_t *start, int64_t *end) {
+    int64_t share = ((length + count - 1) / count + align - 1) / align * align;
+    *start = share * index;
+    *end = *start + share < length ? *start + share : length;
+    return *start < *end;
+}
+
 /* parallel_scan(min_bytes=None, max_threads=None) -> (runtime found, min_bytes, max_threads):
  * reads, and where given sets, when a scan is shared among threads (tests set a small size to
  * cut small tensors; max_threads 1 keeps every scan on the calling thread). */

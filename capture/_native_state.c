@@ -69,9 +69,8 @@ static int new_state(OpRecorder *self, Facts *f) {
     int meta = v == Py_True;
     Py_DECREF(v);
     if (!cpu || !strided || meta) return 0;
-    int64_t numel = 1;
-    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(f->shape); d++) numel *= PyLong_AsLongLong(PyTuple_GET_ITEM(f->shape, d));
-    if (PyErr_Occurred()) return -1;
+    int64_t numel = shape_numel(f->shape);
+    if (numel < 0) return -1;
     PyObject *stride = PyObject_CallMethodNoArgs(t, s_stride);
     if (stride == NULL) return -1;
     PyObject *offset_object = PyObject_CallMethodNoArgs(t, s_storage_offset);
