@@ -256,9 +256,30 @@ def _as_batched(t: torch.Tensor) -> tuple | None:
     return (t.data_ptr() if t.numel() else 0, fmt[0], fmt[1], shape, strides)
 
 
+def _dense_operand_pairs(x: torch.Tensor, y: torch.Tensor) -> int | None:
+    """The pair count read off the record's nnz where an operand is dense (every element
+    nonzero, as its nnz of this very state says): each nonzero of the other then meets a whole
+    row or column of it, sum_k nnz(x[b, :, k]) * N = nnz(x) * N with y [.., K, N] dense, and
+    M * nnz(y) with x [.., M, K] dense. A Linear's dense weight on spikes, and every GEMM of
+    analog activations, so need no pass (a transformer layer's GEMMs: 42 us a call); None
+    where neither is known dense."""
+    x_stats, y_stats = _operand_stats(0), _operand_stats(1)
+    if x_stats is None or y_stats is None or not isinstance(x_stats[0], int) or not isinstance(y_stats[0], int):
+        return None
+    if y_stats[0] == y.numel():
+        return x_stats[0] * y.shape[-1]
+    if x_stats[0] == x.numel():
+        return x.shape[-2] * y_stats[0]
+    return None
+
+
 def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
-    # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS).
+    # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS), so
+    # the record's statistics of operands 0 and 1 are theirs (a reshape or transpose keeps them).
+    pairs = _dense_operand_pairs(x, y)
+    if pairs is not None:
+        return pairs
     if x.dim() == y.dim():
         operands = (_as_batched(x), _as_batched(y))
         pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64

@@ -179,6 +179,44 @@ def test_dense_weights_and_binary_inputs_equal_synop_per_sample(tmp_path):
     assert ours["mac"] / 4 == 2 * 9 * 3 * 25  # conv and fc take spikes: no MACs
 
 
+class DenseOperands(nn.Module):
+    """Three GEMMs whose pair counts the capture reads off an operand it knows is dense: a
+    dense weight on spikes (y dense), an analog input with no zero on a sparse weight (x
+    dense), and a bmm of a dense activation with spikes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spiking = nn.Linear(4, 3, bias=False)  # addmm-free: mm(x, w.t())
+        self.analog = nn.Linear(4, 3)  # addmm(bias, x, w.t())
+        with torch.no_grad():
+            self.spiking.weight.copy_(torch.tensor([[0.5, 1.0, -2.0, 3.0], [1.5, 0.25, 1.0, -1.0],
+                                                    [2.0, 0.5, 0.75, 1.25]]))  # no zero
+            self.analog.weight.copy_(LINEAR_WEIGHT)  # zeros: nonzeros per column k [2, 1, 1, 1]
+
+    def forward(self, spikes, analog, keys):
+        return self.spiking(spikes).sum() + self.analog(analog).sum() + torch.bmm(analog.unsqueeze(0), keys).sum()
+
+
+@pytest.mark.parametrize("level", ["full", "none"])
+def test_a_dense_operand_gives_the_pair_count_the_pass_gives(tmp_path, level):
+    # At "full" the record's nnz says which operand is dense and the count is read off it;
+    # at "none" there is no nnz and the pass counts. Both must be NeuroBench's definition.
+    net = DenseOperands()
+    spikes = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])  # nnz 3
+    analog = torch.tensor([[0.5, 1.5, 2.0, 0.25], [1.0, 3.0, 0.5, 0.75]])  # no zero, 2 x 4
+    keys = torch.zeros(1, 4, 5)
+    keys[0, 0, 1] = keys[0, 2, 4] = keys[0, 3, 0] = 1.0  # nnz 3 (row 1 empty)
+    # spiking: y = w.t() [4, 3] dense, so every input spike meets its 3 outputs: 3 * 3 = 9
+    assert neurobench_pairs(net.spiking, spikes) == 9
+    # analog: x [2, 4] dense, so every weight nonzero meets both rows: 2 * nnz(w) = 2 * 5 = 10
+    assert neurobench_pairs(net.analog, analog) == 10
+    # bmm: x [1, 2, 4] dense, y [1, 4, 5] with 3 nonzeros: M * nnz(y) = 2 * 3 = 6
+    with open_trace(record_inference(tmp_path / "t", net, (spikes, analog, keys), value_statistics=level)) as trace:
+        pairs = trace.sql("SELECT e.op, s.value FROM op_stats s JOIN events e USING (seq) "
+                          "WHERE s.stat LIKE '%nonzero_pairs' ORDER BY seq")
+    assert list(pairs.itertuples(index=False, name=None)) == [("aten.mm.default", 9.0), ("aten.addmm.default", 10.0), ("aten.bmm.default", 6.0)]
+
+
 class Recurrent(nn.Module):
     def __init__(self) -> None:
         super().__init__()
