@@ -246,8 +246,7 @@ class OpLog:
         if seq < 0:
             return False
         if plan.statistics:
-            with excluded_from_modes():  # as in record_in_python
-                self.scalars.take(plan.name, seq, args, out)
+            self.scalars.take(plan.name, seq, args, out)
         return True
 
     def record_in_python(self, plan: OpPlan, func, args, kwargs, out) -> None:
@@ -307,12 +306,11 @@ class OpLog:
         e = self._event_appends
         e[0](seq); e[1](calls.setdefault(call, call)); e[2](self._stage); e[3](self._where)
 
-        if collective or plan.statistics:  # rare ops, which may hold tensor subclasses: always guarded
+        if collective:  # rare ops, which may hold tensor subclasses: always guarded
             with excluded_from_modes():
-                if collective:
-                    self._collective(seq, name, func, args, kwargs, out)
-                if plan.statistics:
-                    self.scalars.take(name, seq, args, out)
+                self._collective(seq, name, func, args, kwargs, out)
+        if plan.statistics:  # guarded inside, where it runs anything
+            self.scalars.take(name, seq, args, out)
         context.snapshot_memories(seq)
         rows = len(self._event_seqs)
         if rows % 4096 == 0 or rows >= self._flush_rows:  # what maybe_flush tests, without its call

@@ -30,7 +30,7 @@ _compiled_counts = getattr(_native, "nonzero_counts", None)
 def _compiled_format(t: torch.Tensor, kernel) -> tuple | None:
     """t's bit format (capture/native.py BIT_FORMATS) where `kernel` may read its memory: the
     kernel built, the fast path on, a CPU strided tensor of a known dtype; else None."""
-    if kernel is None or not _SHARED.get("compiled", True) or t.device.type != "cpu" \
+    if kernel is None or not _SHARED.get("compiled", True) or not t.is_cpu \
             or t.layout is not torch.strided or t.is_meta:
         return None
     return BIT_FORMATS.get(t.dtype)
@@ -151,14 +151,23 @@ def one_op(binary_operands, compiled: bool = True, operand_stats=()):
     `compiled`: the pair counts and ternary checks may take their compiled passes (the fast
     path native_operand_statistics, capture/fast_paths.py); `operand_stats`: per operand, its
     (nnz, is01) as the record just described it, or None where not known."""
-    _SHARED.clear()
-    _SHARED["binary"] = tuple(binary_operands)
-    _SHARED["compiled"] = compiled
-    _SHARED["stats"] = tuple(operand_stats)
+    begin_op(binary_operands, compiled, operand_stats)
     try:
         yield
     finally:
         _SHARED.clear()
+
+
+def begin_op(binary_operands, compiled: bool = True, operand_stats=()) -> None:
+    """What one_op does on entry, for a caller that clears _SHARED itself (end_op) in a
+    finally: the per-op path, where a generator's context manager cost more than the lookups."""
+    _SHARED.clear()
+    _SHARED["binary"] = tuple(binary_operands)
+    _SHARED["compiled"] = compiled
+    _SHARED["stats"] = tuple(operand_stats)
+
+
+end_op = _SHARED.clear
 
 
 def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
@@ -228,7 +237,7 @@ def _dense(w: torch.Tensor, known: tuple | None = None) -> bool:
     without a scan (the weights of a spiking ResNet-18: 44 MB a step scanned twice)."""
     if known is not None and known[0] is not None:
         return known[0] == w.numel()
-    if w.device.type != "cpu" and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
+    if not w.is_cpu and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
         return False
     return _per_version(w, "dense", lambda v: _nonzero_total(v) == v.numel())
 
@@ -324,7 +333,7 @@ def conv_nonzero_pairs(args, out):
 def _ternary(x: torch.Tensor):
     if x.dtype == torch.bool or x.numel() == 0:
         return 1.0
-    if x.device.type == "cpu":
+    if x.is_cpu:
         fmt = _compiled_format(x, _compiled_ternary)
         if fmt is not None:
             # -1 is all bits set in a signed integer; a float's -1 is its 1 under the sign mask

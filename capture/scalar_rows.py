@@ -15,10 +15,14 @@ from array import array
 import torch
 
 from capture.context import RecordingContext
-from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, one_op
+from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, begin_op, end_op
 from capture.packed_bits import bits_bytes, pack_bits
 from capture.tensors import excluded_from_modes, has_values, immediate_stats
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+
+
+# Each statistic's condition (schemas/statistics.py), looked up once per statistic a call may take.
+_CONDITIONS = {name: statistic.condition for name, statistic in STATISTICS.items()}
 
 
 class OpScalars:
@@ -66,9 +70,6 @@ class OpScalars:
 
     def take(self, name: str, seq: int, args, out) -> None:
         operands, statistic_names = OP_STATISTICS[name]
-        tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
-        if not all(t.layout is torch.strided and has_values(t) for t in tensors):
-            return  # values that cannot be read (a freed storage): the statistics are not taken
         # Each operand's (nnz, is01) as the record just described it (None: not known now, on a
         # device) and whether it is 0/1: True/False when known, None when not, False for no tensor.
         values = [args[o.position] if len(args) > o.position else None for o in operands]
@@ -76,40 +77,57 @@ class OpScalars:
         known = [stats_of(t) if isinstance(t, torch.Tensor) else None for t in values]
         flags = [(None if stats is None else bool(stats[1])) if isinstance(t, torch.Tensor) else False
                  for t, stats in zip(values, known)]
-        keep = self.context.keep_binary_inputs
-        # what its statistics share comes from this op's operands
-        with torch.no_grad(), one_op(flags, "native_operand_statistics" in self.context.fast_paths, known):
-            for stat in statistic_names:
-                # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
-                try:
-                    condition = STATISTICS[stat].condition
-                    if condition == "forward":  # every call outside backward, whatever the values
-                        if torch._C._current_graph_task_id() != -1:
-                            continue
-                    elif not self._spike_scalars:
+        # What this call takes, decided before anything reads a storage: most calls of a GEMM
+        # (its backward ones, of analog operands) take nothing, and the checks below cost more
+        # than the lookups above (a transformer layer's backward mm: 25 us a call).
+        spike = self._spike_scalars  # conditions of schemas/statistics.py: "forward" on every call
+        holds = {"forward": torch._C._current_graph_task_id() == -1,  # outside backward, whatever the values
+                 "x_binary": spike and flags[0] is not False, "both_binary": spike and False not in flags}
+        taken = [stat for stat in statistic_names if holds[_CONDITIONS[stat]]]
+        packed = [position for position, flag in zip(SYNAPTIC_INPUTS[name], flags) if flag is not False] \
+            if self.context.keep_binary_inputs else []
+        if not taken and not packed:
+            return
+        tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
+        if not all(t.layout is torch.strided and has_values(t) for t in tensors):
+            return  # values that cannot be read (a freed storage): the statistics are not taken
+        # The ops the statistics run reach no dispatch mode (the operands may be tensor
+        # subclasses, a user's mode may be active) and record no graph; what they share comes
+        # from this op's operands (op_statistics.one_op, as calls: a generator's context
+        # manager and torch.no_grad() cost more than the rest of a call that takes one scalar).
+        grad_enabled = torch.is_grad_enabled()
+        with excluded_from_modes():
+            try:
+                torch._C._set_grad_enabled(False)
+                begin_op(flags, "native_operand_statistics" in self.context.fast_paths, known)
+                self._take(name, seq, args, out, operands, taken, flags, packed)
+            finally:
+                end_op()
+                torch._C._set_grad_enabled(grad_enabled)
+
+    def _take(self, name: str, seq: int, args, out, operands, taken: list, flags: list, packed: list) -> None:
+        """The statistics and packed inputs take() decided on, each row appended whole."""
+        for stat in taken:
+            # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
+            try:
+                valid = None
+                if stat in EXPENSIVE and flags[-1] is None:
+                    valid = self._weight_is_binary(args[operands[-1].position])
+                    if valid is False:
                         continue
-                    elif any(flag is False for flag in (flags[:1] if condition == "x_binary" else flags)):
-                        continue
-                    valid = None
-                    if stat in EXPENSIVE and flags[-1] is None:
-                        valid = self._weight_is_binary(args[operands[-1].position])
-                        if valid is False:
-                            continue
-                        valid = valid if isinstance(valid, torch.Tensor) else None
-                    if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
-                        value = 1.0  # a 0/1 operand is ternary: no scan
-                    else:
-                        value = STATISTIC_FUNCTIONS[stat](args, out)
-                    self._append_stat(seq, stat, value, valid)
-                except Exception as exc:  # noqa: BLE001 - see the module docstring
-                    self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
-            if keep:
-                for position, flag in zip(SYNAPTIC_INPUTS[name], flags):
-                    if flag is not False:
-                        try:
-                            self._append_packed(seq, position, args[position])
-                        except Exception as exc:  # noqa: BLE001
-                            self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
+                    valid = valid if isinstance(valid, torch.Tensor) else None
+                if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
+                    value = 1.0  # a 0/1 operand is ternary: no scan
+                else:
+                    value = STATISTIC_FUNCTIONS[stat](args, out)
+                self._append_stat(seq, stat, value, valid)
+            except Exception as exc:  # noqa: BLE001 - see the module docstring
+                self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
+        for position in packed:
+            try:
+                self._append_packed(seq, position, args[position])
+            except Exception as exc:  # noqa: BLE001
+                self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
 
     def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None) -> None:
         columns = self.op_stats
