@@ -6,15 +6,32 @@
  * element, where the Python path runs five small ops (about 60 us). */
 #include "_native.h"
 
+/* Elements a contiguous line is checked in at a time: the compiler vectorises a block (no exit
+ * inside it), and a tensor with another value still stops within its first block. */
+#define TERNARY_BLOCK 256
+
+/* 1 when every element of the line is 0, 1 or (allowed) all ones, else 0. A contiguous line
+ * goes block by block, an "other value" flag OR-ed over the block's lanes; the rest (a strided
+ * line, a contiguous line's tail) element by element. Where -1 is not allowed, `all` is 0,
+ * which the zero test already admits. */
 #define DEFINE_LINE(NAME, TYPE)                                                                         \
-    static int NAME(const char *base, int64_t n, int64_t step, uint64_t mask, uint64_t one,            \
-                    int minus_one_allowed) {                                                           \
+    VECTOR_CLONES static int NAME(const char *base, int64_t n, int64_t step, uint64_t mask, uint64_t one, \
+                                  int minus_one_allowed) {                                             \
         const TYPE *p = (const TYPE *)base;                                                            \
-        const TYPE m = (TYPE)mask, o = (TYPE)one, all = (TYPE)~(TYPE)0;                                \
-        for (int64_t i = 0; i < n; i++) {                                                              \
-            TYPE v = p[i * step];                                                                       \
-            TYPE masked = v & m;                                                                        \
-            if (masked != 0 && masked != o && !(minus_one_allowed && v == all)) return 0;               \
+        const TYPE m = (TYPE)mask, o = (TYPE)one, all = minus_one_allowed ? (TYPE)~(TYPE)0 : (TYPE)0;   \
+        int64_t i = 0;                                                                                 \
+        if (step == 1)                                                                                 \
+            for (; i + TERNARY_BLOCK <= n; i += TERNARY_BLOCK) {                                       \
+                TYPE other = 0;                                                                        \
+                for (int64_t j = i; j < i + TERNARY_BLOCK; j++) {                                      \
+                    TYPE v = p[j], masked = v & m;                                                     \
+                    other |= (TYPE)((masked != 0) & (masked != o) & (v != all));                       \
+                }                                                                                      \
+                if (other) return 0;                                                                   \
+            }                                                                                          \
+        for (; i < n; i++) {                                                                           \
+            TYPE v = p[i * step], masked = v & m;                                                       \
+            if (masked != 0 && masked != o && v != all) return 0;                                      \
         }                                                                                              \
         return 1;                                                                                      \
     }

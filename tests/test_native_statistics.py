@@ -106,7 +106,33 @@ def _ternary_cases():
         "broadcast": signs[:1].expand(5, 7),
         "0-dim": torch.tensor(-1.0),
         "a negated view": torch._neg_view(signs),
+        **_long_ternary_cases(),
     }
+
+
+def _long_ternary_cases():
+    """Contiguous lines of 1000 (the compiled check's blocks of 256 and a tail of 232): an
+    other value inside a block, at its last lane, in the tail, and the values a block admits."""
+    torch.manual_seed(2)
+    signs = torch.randint(-1, 2, (2, 1000)).float()
+    cases = {}
+    for dtype in (torch.float32, torch.float16, torch.float64, torch.int64, torch.int32, torch.int8):
+        line = signs.to(dtype)
+        cases[f"long {dtype} -1/0/1"] = line
+        for at in (300, 511, 999):
+            other = line.clone()
+            other[1, at] = 3
+            cases[f"long {dtype}, 3 at {at}"] = other
+    spikes = (torch.rand(2, 1000) > 0.5).to(torch.uint8)
+    cases["long uint8 0/1"] = spikes
+    wrapped = spikes.clone()
+    wrapped[0, 700] = 255  # all bits set, -1 of a signed type, not of uint8
+    cases["long uint8 with 255 in a block"] = wrapped
+    for value in (float("nan"), float("inf"), -0.0, 0.5):
+        line = signs.clone()
+        line[0, 600] = value
+        cases[f"long float with {value} in a block"] = line
+    return cases
 
 
 @pytest.mark.parametrize("case", list(_ternary_cases()))
