@@ -87,7 +87,21 @@ def conv_both_binary_sum(args, out):
     return conv_taps.conv_both_binary_sum(x, w, stride, padding, dilation, transposed, output_padding, groups)
 
 
+# The largest K for which a product of 0/1 operands is exact in the output's dtype: every
+# partial sum an integer no larger than K (float32's 24-bit significand, float64's 53).
+_EXACT_COUNTS = {torch.float32: 2**24, torch.float64: 2**53}
+
+
 def mm_out_sum(args, out):
+    """out.sum(dtype=float64), as SpikingJelly sums the product of two 0/1 operands. On CPU in
+    float32 or float64 (K small enough, _EXACT_COUNTS) each output element is the exact count
+    of k with x[b, i, k] = y[b, k, j] = 1, so the sum is the pair count mm_nonzero_pairs takes
+    of the same call (counted once for both: the inputs, not the larger B x M x N output)."""
+    x, y = args[0], args[1]
+    limit = _EXACT_COUNTS.get(out.dtype)
+    if limit is not None and out.is_cpu and _SHARED.get("binary", ())[:2] == (True, True) \
+            and x.dtype == y.dtype == out.dtype and x.shape[-1] <= limit:
+        return _gemm_pairs(x, y)
     return out.sum(dtype=torch.float64)
 
 
@@ -286,6 +300,16 @@ def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # (nonzero x[b, i, k], nonzero y[b, k, j]) pairs: per k, nnz of x's column times nnz of y's row.
     # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS), so
     # the record's statistics of operands 0 and 1 are theirs (a reshape or transpose keeps them).
+    # Counted once per op: mm_out_sum of 0/1 operands reads the same count.
+    if "pairs" in _SHARED:
+        return _SHARED["pairs"]
+    pairs = _gemm_pairs_of(x, y)
+    if "binary" in _SHARED:  # inside one_op: the count belongs to this op's operands
+        _SHARED["pairs"] = pairs
+    return pairs
+
+
+def _gemm_pairs_of(x: torch.Tensor, y: torch.Tensor):
     pairs = _dense_operand_pairs(x, y)
     if pairs is not None:
         return pairs

@@ -199,3 +199,42 @@ def test_spatial_counts_shared_among_threads_equal_the_definition(shared_scans, 
                     "conv1d": torch.randn(2, 3, 500).relu()}.items():
         got = op_statistics._compiled_spatial_counts(x)
         assert got is not None and torch.equal(got, (x != 0).double().sum(dim=(0, 1))), name
+
+
+def _binary_products():
+    torch.manual_seed(3)
+    spikes = (torch.rand(4, 24, 40) > 0.6).float()
+    keys = (torch.rand(4, 40, 24) > 0.5).float()
+    ones = torch.ones(2, 2049)
+    return {  # (op, x, y, whether the output is exact: its sum is the pair count)
+        "bmm float32": (torch.bmm, spikes, keys, True),
+        "mm float32": (torch.mm, spikes[0], keys[0], True),
+        "bmm float64": (torch.bmm, spikes.double(), keys.double(), True),
+        # 2049 ones summed in half round to 2048: SpikingJelly sums that output, rounding included
+        "mm float16, K = 2049": (torch.mm, ones.half(), ones.t().half(), False),
+    }
+
+
+@pytest.mark.parametrize("case", list(_binary_products()))
+def test_the_output_sum_of_a_binary_product_is_what_summing_its_output_gives(case, tmp_path):
+    # SpikingJelly's AC and SynOp count of a 0/1 x 0/1 product is out.sum(dtype=float64). In
+    # float32/float64 every output element is an exact count, so the capture reads the sum off
+    # the pair count; where the output rounds (half), it sums the output. Either way the trace
+    # holds what summing the output gives, computed here on the output itself.
+    from analyze import open_trace
+    from capture import record_inference
+
+    op, x, y, exact = _binary_products()[case]
+
+    class Product(torch.nn.Module):
+        def forward(self, x, y):
+            return op(x, y)
+
+    out = op(x, y)
+    want = float(out.sum(dtype=torch.float64))
+    assert (want == _pairs_by_torch(x, y)) is exact
+    with open_trace(record_inference(tmp_path / "t", Product(), (x, y))) as trace:
+        stats = trace.sql("SELECT stat, value FROM op_stats ORDER BY stat")
+    got = dict(stats.itertuples(index=False, name=None))
+    assert got["mm_out_sum"] == want
+    assert got["mm_nonzero_pairs"] == _pairs_by_torch(x, y)
