@@ -12,13 +12,13 @@ The NeuroBench pair counts memoise a weight's nonzero counts per parameter versi
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
 from typing import Callable
 
 import torch
 
 from capture import conv_taps
 from capture.native import BIT_FORMATS, _native, scan_stats
+from capture.shared_operands import SHARED, operand_stats
 
 # The pair count and the ternary check in compiled passes (capture/_native_pairs.c,
 # capture/_native_ternary.c); None without the extension.
@@ -30,7 +30,7 @@ _compiled_counts = getattr(_native, "nonzero_counts", None)
 def _compiled_format(t: torch.Tensor, kernel) -> tuple | None:
     """t's bit format (capture/native.py BIT_FORMATS) where `kernel` may read its memory: the
     kernel built, the fast path on, a CPU strided tensor of a known dtype; else None."""
-    if kernel is None or not _SHARED.get("compiled", True) or not t.is_cpu \
+    if kernel is None or not SHARED.get("compiled", True) or not t.is_cpu \
             or t.layout is not torch.strided or t.is_meta:
         return None
     return BIT_FORMATS.get(t.dtype)
@@ -99,7 +99,7 @@ def mm_out_sum(args, out):
     of the same call (counted once for both: the inputs, not the larger B x M x N output)."""
     x, y = args[0], args[1]
     limit = _EXACT_COUNTS.get(out.dtype)
-    if limit is not None and out.is_cpu and _SHARED.get("binary", ())[:2] == (True, True) \
+    if limit is not None and out.is_cpu and SHARED.get("binary", ())[:2] == (True, True) \
             and x.dtype == y.dtype == out.dtype and x.shape[-1] <= limit:
         return _gemm_pairs(x, y)
     return out.sum(dtype=torch.float64)
@@ -151,39 +151,6 @@ def _count_nonzero(t: torch.Tensor, dim) -> torch.Tensor:
     return (t != 0).to(torch.float32 if n < 2**24 else torch.float64).sum(dim=dims)
 
 
-# What the statistics of the op being recorded share: whether its operands are known 0/1, and
-# the conv input's nonzero taps, needed by conv_spike_taps and conv_nonzero_pairs alike. Held
-# only while one op's statistics are taken (one_op), so nothing outlives the call whose
-# tensors it was computed from; a function called on its own computes everything itself.
-_SHARED: dict = {}
-
-
-@contextmanager
-def one_op(binary_operands, compiled: bool = True, operand_stats=()):
-    """The statistics of one op are taken inside; `binary_operands`: per operand of
-    OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise);
-    `compiled`: the pair counts and ternary checks may take their compiled passes (the fast
-    path native_operand_statistics, capture/fast_paths.py); `operand_stats`: per operand, its
-    (nnz, is01) as the record just described it, or None where not known."""
-    begin_op(binary_operands, compiled, operand_stats)
-    try:
-        yield
-    finally:
-        _SHARED.clear()
-
-
-def begin_op(binary_operands, compiled: bool = True, operand_stats=()) -> None:
-    """What one_op does on entry, for a caller that clears _SHARED itself (end_op) in a
-    finally: the per-op path, where a generator's context manager cost more than the lookups."""
-    _SHARED.clear()
-    _SHARED["binary"] = tuple(binary_operands)
-    _SHARED["compiled"] = compiled
-    _SHARED["stats"] = tuple(operand_stats)
-
-
-end_op = _SHARED.clear
-
-
 def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
     """_spatial_counts in one compiled pass, where x's positions merge into one strided axis
     (contiguous and channels_last do); None elsewhere."""
@@ -209,7 +176,7 @@ def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
 def _spatial_counts(x: torch.Tensor) -> torch.Tensor:
     """nnz(x[:, :, p]) for every position p, in float64. Summing a 0/1 input is one pass, 8x
     faster than counting; exact in float32 while no count can pass 2**24."""
-    if _SHARED.get("binary", (None,))[0] is True and x.shape[0] * x.shape[1] < 2**24:
+    if SHARED.get("binary", (None,))[0] is True and x.shape[0] * x.shape[1] < 2**24:
         return x.sum(dim=(0, 1), dtype=torch.float32).double()  # torch's threaded sum: the fastest
     compiled = _compiled_spatial_counts(x)  # else 3-5x faster than a compare, a cast and a sum
     return compiled if compiled is not None else _count_nonzero(x, (0, 1)).double()
@@ -217,7 +184,7 @@ def _spatial_counts(x: torch.Tensor) -> torch.Tensor:
 
 def _input_taps(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, transposed, output_padding):
     """sum_p nnz(x[:, :, p]) * cov(p), float64 0-dim on x's device, once per op call."""
-    taps = _SHARED.get("input_taps")
+    taps = SHARED.get("input_taps")
     if taps is None:
         kernel = tuple(int(k) for k in w.shape[2:])
         if x.dim() != len(kernel) + 2:
@@ -225,8 +192,8 @@ def _input_taps(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, tra
         cov = conv_taps.coverage_map(tuple(x.shape[2:]), kernel, stride, padding, dilation, transposed,
                                      output_padding, device=x.device)
         taps = (_spatial_counts(x) * cov).sum()
-        if "binary" in _SHARED:  # within one op's statistics
-            _SHARED["input_taps"] = taps
+        if "binary" in SHARED:  # within one op's statistics
+            SHARED["input_taps"] = taps
     return taps
 
 
@@ -236,12 +203,6 @@ def _nonzero_counts(t: torch.Tensor, dim: int, binary: bool = False) -> torch.Te
     if binary and t.shape[dim] < 2**24:
         return _per_version(t, dim, lambda v: v.sum(dim=dim, dtype=torch.float32))
     return _per_version(t, dim, lambda v: _count_nonzero(v, dim))
-
-
-def _operand_stats(index: int) -> tuple | None:
-    """The (nnz, is01) one_op was given for operand `index` of OP_STATISTICS, or None."""
-    stats = _SHARED.get("stats", ())
-    return stats[index] if index < len(stats) else None
 
 
 def _dense(w: torch.Tensor, known: tuple | None = None) -> bool:
@@ -286,7 +247,7 @@ def _dense_operand_pairs(x: torch.Tensor, y: torch.Tensor) -> int | None:
     M * nnz(y) with x [.., M, K] dense. A Linear's dense weight on spikes, and every GEMM of
     analog activations, so need no pass (a transformer layer's GEMMs: 42 us a call); None
     where neither is known dense."""
-    x_stats, y_stats = _operand_stats(0), _operand_stats(1)
+    x_stats, y_stats = operand_stats(0), operand_stats(1)
     if x_stats is None or y_stats is None or not isinstance(x_stats[0], int) or not isinstance(y_stats[0], int):
         return None
     if y_stats[0] == y.numel():
@@ -301,11 +262,11 @@ def _gemm_pairs(x: torch.Tensor, y: torch.Tensor):
     # x and y are the op's statistic operands in order (schemas.statistics.OP_STATISTICS), so
     # the record's statistics of operands 0 and 1 are theirs (a reshape or transpose keeps them).
     # Counted once per op: mm_out_sum of 0/1 operands reads the same count.
-    if "pairs" in _SHARED:
-        return _SHARED["pairs"]
+    if "pairs" in SHARED:
+        return SHARED["pairs"]
     pairs = _gemm_pairs_of(x, y)
-    if "binary" in _SHARED:  # inside one_op: the count belongs to this op's operands
-        _SHARED["pairs"] = pairs
+    if "binary" in SHARED:  # inside one_op: the count belongs to this op's operands
+        SHARED["pairs"] = pairs
     return pairs
 
 
@@ -318,7 +279,7 @@ def _gemm_pairs_of(x: torch.Tensor, y: torch.Tensor):
         pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64
         if pairs is not None:
             return pairs  # an exact int: the counts are integers
-    x_binary, y_binary = (*_SHARED.get("binary", ()), None, None)[:2]
+    x_binary, y_binary = (*SHARED.get("binary", ()), None, None)[:2]
     return (_nonzero_counts(x, -2, x_binary is True).double() * _nonzero_counts(y, -1, y_binary is True).double()).sum()
 
 
@@ -340,7 +301,7 @@ def conv_nonzero_pairs(args, out):
     C_out/groups (no conv); else one float64 conv of x != 0 with the weight's nonzero counts
     summed over each group's output channels (groups output channels, not C_out)."""
     x, w, stride, padding, dilation, transposed, output_padding, groups = _conv_geometry(args)
-    if _dense(w, _operand_stats(1)):  # conv_taps.conv_spike_taps of x != 0: sum_p nnz(x[:, :, p]) * cov(p)
+    if _dense(w, operand_stats(1)):  # conv_taps.conv_spike_taps of x != 0: sum_p nnz(x[:, :, p]) * cov(p)
         taps = _input_taps(x, w, stride, padding, dilation, transposed, output_padding)
         return taps * conv_taps.spikingjelly_conv_value(1, tuple(w.shape), transposed, groups)
     spikes = (x != 0).double()

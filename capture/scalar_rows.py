@@ -15,7 +15,8 @@ from array import array
 import torch
 
 from capture.context import RecordingContext
-from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND, begin_op, end_op
+from capture.shared_operands import begin_op, end_op
+from capture.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND
 from capture.packed_bits import bits_bytes, pack_bits
 from capture.tensors import excluded_from_modes, has_values, immediate_stats
 from schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
@@ -82,7 +83,7 @@ class OpScalars:
         # than the lookups above (a transformer layer's backward mm: 25 us a call).
         spike = self._spike_scalars  # conditions of schemas/statistics.py: "forward" on every call
         holds = {"forward": torch._C._current_graph_task_id() == -1,  # outside backward, whatever the values
-                 "x_binary": spike and flags[0] is not False, "both_binary": spike and False not in flags}
+                 "x_binary": spike and False not in flags[:1], "both_binary": spike and False not in flags}
         taken = [stat for stat in statistic_names if holds[_CONDITIONS[stat]]]
         packed = [position for position, flag in zip(SYNAPTIC_INPUTS[name], flags) if flag is not False] \
             if self.context.keep_binary_inputs else []
@@ -93,7 +94,7 @@ class OpScalars:
             return  # values that cannot be read (a freed storage): the statistics are not taken
         # The ops the statistics run reach no dispatch mode (the operands may be tensor
         # subclasses, a user's mode may be active) and record no graph; what they share comes
-        # from this op's operands (op_statistics.one_op, as calls: a generator's context
+        # from this op's operands (shared_operands.one_op, as calls: a generator's context
         # manager and torch.no_grad() cost more than the rest of a call that takes one scalar).
         grad_enabled = torch.is_grad_enabled()
         with excluded_from_modes():

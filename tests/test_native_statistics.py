@@ -51,7 +51,7 @@ def _pair_cases():
 
 @pytest.mark.parametrize("case", list(_pair_cases()))
 def test_the_compiled_pair_count_equals_the_definition(case):
-    from capture import op_statistics
+    from capture import shared_operands, op_statistics
 
     if op_statistics._compiled_pairs is None:
         pytest.skip("capture._native not built")
@@ -59,7 +59,7 @@ def test_the_compiled_pair_count_equals_the_definition(case):
     got = op_statistics._gemm_pairs(x, y)
     assert isinstance(got, int)  # the compiled pass took it (an exact count)
     assert got == _pairs_by_torch(x, y)
-    with op_statistics.one_op((None, None), compiled=False):  # the fast path off: torch's ops
+    with shared_operands.one_op((None, None), compiled=False):  # the fast path off: torch's ops
         assert float(op_statistics._gemm_pairs(x, y)) == got
 
 
@@ -70,7 +70,7 @@ def test_a_pair_count_shared_among_threads_equals_the_definition(shared_scans, t
     # Each operand's lines cut among threads (capture/_native_pairs.c lines_share): a run of
     # the reduced axis into a row of counts of its own, or a run of k straight into the counts,
     # whichever the pass walks outermost; every operand shared here whatever its size.
-    from capture import op_statistics
+    from capture import shared_operands, op_statistics
 
     torch.set_num_threads(threads)
     cases = dict(_pair_cases())
@@ -137,14 +137,14 @@ def _long_ternary_cases():
 
 @pytest.mark.parametrize("case", list(_ternary_cases()))
 def test_the_compiled_ternary_check_equals_the_definition(case):
-    from capture import op_statistics
+    from capture import shared_operands, op_statistics
 
     if op_statistics._compiled_ternary is None:
         pytest.skip("capture._native not built")
     x = _ternary_cases()[case]
     want = float(((x == 0) | (x.abs() == 1)).all())  # the definition, every value compared
     assert op_statistics._ternary(x) == want
-    with op_statistics.one_op((None,), compiled=False):  # the fast path off: torch's ops
+    with shared_operands.one_op((None,), compiled=False):  # the fast path off: torch's ops
         assert float(op_statistics._ternary(x)) == want
 
 
@@ -170,7 +170,7 @@ def _spatial_cases():
 @pytest.mark.parametrize("case", list(_spatial_cases()))
 def test_the_compiled_spatial_counts_equal_the_definition(case):
     # A convolution input's nonzeros per position over batch and channels (conv spike taps).
-    from capture import op_statistics
+    from capture import shared_operands, op_statistics
 
     x = _spatial_cases()[case]
     want = (x != 0).double().sum(dim=(0, 1))
@@ -189,7 +189,7 @@ def test_spatial_counts_shared_among_threads_equal_the_definition(shared_scans, 
         pytest.skip("no compiled path")
     # Cut into one run of positions per thread (capture/_native_pairs.c count_share, every
     # count shared here whatever its size): the same counts, on each layout the pass reads.
-    from capture import op_statistics
+    from capture import shared_operands, op_statistics
 
     torch.set_num_threads(threads)
     torch.manual_seed(3)
