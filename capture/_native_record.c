@@ -417,7 +417,7 @@ static const struct {
     size_t offset;
 } FIELDS[] = {
     FIELD(context), FIELD(registry), FIELD(event_appends), FIELD(use_appends), FIELD(row_appends), FIELD(entries),
-    FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind), FIELD(row_kinds), FIELD(forms),
+    FIELD(refs), FIELD(freed), FIELD(kinds), FIELD(make_kind),
     FIELD(parameter_names), FIELD(interned_args), FIELD(placeholders_json), FIELD(arg_slots), FIELD(out_slot),
     FIELD(out_jsons), FIELD(out_item_slots), FIELD(out_list_json), FIELD(out_list_jsons), FIELD(tensor_marker),
     FIELD(float_marker), FIELD(ints_marker), FIELD(bool_marker), FIELD(tensors_marker),
@@ -459,10 +459,10 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
             return -1;
         }
     }
-    PyObject *dicts[] = {self->entries, self->refs, self->kinds, self->row_kinds, self->forms, self->parameter_names,
+    PyObject *dicts[] = {self->entries, self->refs, self->kinds, self->parameter_names,
                          self->interned_args, self->calls, self->bit_formats, self->interned_kwargs, self->wheres,
                          self->out_list_jsons};
-    for (int i = 0; i < 12; i++) {
+    for (size_t i = 0; i < sizeof(dicts) / sizeof(dicts[0]); i++) {
         if (!PyDict_CheckExact(dicts[i])) {
             PyErr_SetString(PyExc_TypeError, "OpRecorder: its tables must be dicts");
             return -1;
@@ -479,6 +479,9 @@ static int OpRecorder_traverse(OpRecorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->thread_value);
     Py_VISIT(self->scope_generation);
     Py_VISIT(self->scope_value);
+    Py_VISIT(self->cpu_kinds);
+    Py_VISIT(self->cpu_row_kinds);
+    Py_VISIT(self->cpu_forms);
     return 0;
 }
 
@@ -490,6 +493,9 @@ static int OpRecorder_clear(OpRecorder *self) {
     Py_CLEAR(self->thread_value);
     Py_CLEAR(self->scope_generation);
     Py_CLEAR(self->scope_value);
+    Py_CLEAR(self->cpu_kinds);
+    Py_CLEAR(self->cpu_row_kinds);
+    Py_CLEAR(self->cpu_forms);
     return 0;
 }
 

@@ -27,7 +27,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *context, *registry;
     PyObject *event_appends, *use_appends, *row_appends; /* tuples of bound append methods */
-    PyObject *entries, *refs, *freed, *kinds, *make_kind, *row_kinds, *forms, *parameter_names;
+    PyObject *entries, *refs, *freed, *kinds, *make_kind, *parameter_names;
     PyObject *interned_args, *placeholders_json, *arg_slots, *out_slot, *out_jsons;
     PyObject *out_item_slots, *out_list_json, *out_list_jsons; /* a tuple or list out: slots, JSON maker, its cache */
     PyObject *interned_kwargs, *kwargs_json, *kwarg_types; /* keyword arguments without tensors */
@@ -43,6 +43,10 @@ typedef struct {
     unsigned long thread_ident;           /* the thread whose index is cached */
     PyObject *thread_value;               /* its index */
     PyObject *scope_generation, *scope_value; /* the tracker generation whose scope id is cached */
+    /* A CPU state's row parts, keyed by what is cheap to hash (capture/_native_state.c
+     * cpu_form): dtype -> kind; (dtype, requires_grad, name) -> row kind; (shape, stride,
+     * offset, id(row kind)) -> form. Created at first use, cleared with their limits. */
+    PyObject *cpu_kinds, *cpu_row_kinds, *cpu_forms;
 } OpRecorder;
 
 /* Attribute and method names, interned once (native_add_record_type). */

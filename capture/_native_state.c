@@ -16,12 +16,9 @@ void clear_facts(Facts *f, int n) {
 
 /* The statistics of a new state, (nnz, is01), read now from its memory; NULL with no error
  * where the Python path must take them (not a plain CPU strided tensor of a known format). */
-static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *shape, PyObject *stride, long long *data_ptr,
-                             int64_t numel) {
-    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
-    if (dtype == NULL) return NULL;
+static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *shape, PyObject *stride,
+                             long long *data_ptr, int64_t numel) {
     PyObject *format = PyDict_GetItemWithError(self->bit_formats, dtype);
-    Py_DECREF(dtype);
     if (format == NULL) return NULL;
     PyObject *neg = PyObject_CallMethodNoArgs(t, s_is_neg);
     if (neg == NULL) return NULL;
@@ -49,6 +46,98 @@ static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *shape, PyO
     return stats_tuple((long long)nnz, ones == nnz ? Py_True : Py_False);
 }
 
+/* The dict *slot, made at first use (a borrowed reference), or NULL with an error set. */
+static PyObject *cache(PyObject **slot) {
+    if (*slot == NULL) *slot = PyDict_New();
+    return *slot;
+}
+
+/* A CPU tensor's kind (dtype name, element size, device string), a new reference: by its
+ * dtype alone, every CPU tensor's device being the same; the registry's (dtype, device)
+ * table, or its kind_of, the first time a dtype is met. */
+static PyObject *cpu_kind(OpRecorder *self, PyObject *t, PyObject *dtype) {
+    PyObject *kinds = cache(&self->cpu_kinds);
+    if (kinds == NULL) return NULL;
+    PyObject *kind = PyDict_GetItemWithError(kinds, dtype);
+    if (kind != NULL) return Py_NewRef(kind);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *device = PyObject_GetAttr(t, s_device);
+    PyObject *kind_key = device ? PyTuple_Pack(2, dtype, device) : NULL;
+    Py_XDECREF(device);
+    if (kind_key == NULL) return NULL;
+    kind = PyDict_GetItemWithError(self->kinds, kind_key);
+    Py_DECREF(kind_key);
+    if (kind != NULL) Py_INCREF(kind);
+    else if (!PyErr_Occurred()) kind = PyObject_CallOneArg(self->make_kind, t); /* fills the registry's table */
+    if (kind != NULL && (!PyTuple_CheckExact(kind) || PyTuple_GET_SIZE(kind) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "OpRecorder: a tensor kind must be a 3-tuple");
+        Py_CLEAR(kind);
+    }
+    if (kind != NULL && PyDict_SetItem(kinds, dtype, kind) < 0) Py_CLEAR(kind);
+    return kind;
+}
+
+/* The interned row kind of a CPU state (capture/tensors.py _write_row's, is_meta False), a new
+ * reference, keyed by (dtype, requires_grad, parameter name): a dtype hashes by identity, where
+ * the registry's (dtype, device) key hashed a torch.device (~1,000 instructions a lookup). */
+static PyObject *cpu_row_kind(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *requires_grad,
+                              PyObject *name) {
+    PyObject *row_kinds = cache(&self->cpu_row_kinds), *forms = cache(&self->cpu_forms);
+    if (row_kinds == NULL || forms == NULL) return NULL;
+    PyObject *key = PyTuple_Pack(3, dtype, requires_grad, name);
+    if (key == NULL) return NULL;
+    PyObject *row_kind = PyDict_GetItemWithError(row_kinds, key);
+    if (row_kind != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(row_kind);
+    }
+    PyObject *kind = cpu_kind(self, t, dtype);
+    if (kind == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    row_kind = PyTuple_Pack(7, PyTuple_GET_ITEM(kind, 0), PyTuple_GET_ITEM(kind, 1), PyTuple_GET_ITEM(kind, 2),
+                            requires_grad, Py_False, name == Py_None ? Py_False : Py_True, name);
+    Py_DECREF(kind);
+    if (row_kind != NULL && PyDict_GET_SIZE(row_kinds) > ROW_KINDS_LIMIT) {
+        PyDict_Clear(row_kinds);
+        PyDict_Clear(forms); /* keyed by the ids of the row kinds just let go */
+    }
+    if (row_kind != NULL && PyDict_SetItem(row_kinds, key, row_kind) < 0) Py_CLEAR(row_kind);
+    Py_DECREF(key);
+    return row_kind;
+}
+
+/* The interned form (shape, stride, offset, numel, *row kind) of a CPU state, a new reference,
+ * keyed by (shape, stride, offset, id(row kind)): the row kind is interned in cpu_row_kinds,
+ * which lets go of one only together with every form keyed by it. */
+static PyObject *cpu_form(OpRecorder *self, PyObject *shape, PyObject *stride, PyObject *offset, int64_t numel,
+                          PyObject *row_kind) {
+    PyObject *forms = self->cpu_forms, *identity = PyLong_FromVoidPtr(row_kind);
+    PyObject *key = identity ? PyTuple_Pack(4, shape, stride, offset, identity) : NULL;
+    Py_XDECREF(identity);
+    if (key == NULL) return NULL;
+    PyObject *form = PyDict_GetItemWithError(forms, key);
+    if (form != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(form);
+    }
+    PyObject *numel_object = PyLong_FromLongLong(numel);
+    form = numel_object ? PyTuple_New(4 + 7) : NULL;
+    if (form != NULL) {
+        PyTuple_SET_ITEM(form, 0, Py_NewRef(shape));
+        PyTuple_SET_ITEM(form, 1, Py_NewRef(stride));
+        PyTuple_SET_ITEM(form, 2, Py_NewRef(offset));
+        PyTuple_SET_ITEM(form, 3, Py_NewRef(numel_object));
+        for (int i = 0; i < 7; i++) PyTuple_SET_ITEM(form, 4 + i, Py_NewRef(PyTuple_GET_ITEM(row_kind, i)));
+        if (PyDict_GET_SIZE(forms) > FORMS_LIMIT) PyDict_Clear(forms);
+        if (PyDict_SetItem(forms, key, form) < 0) Py_CLEAR(form);
+    }
+    Py_XDECREF(numel_object);
+    Py_DECREF(key);
+    return form;
+}
+
 /* Phase 1 for a tensor whose state is new: its statistics and its row's form. 1 done, 0 leave
  * the op to Python, -1 error. */
 static int new_state(OpRecorder *self, Facts *f) {
@@ -71,132 +160,58 @@ static int new_state(OpRecorder *self, Facts *f) {
     if (!cpu || !strided || meta) return 0;
     int64_t numel = shape_numel(f->shape);
     if (numel < 0) return -1;
-    PyObject *stride = PyObject_CallMethodNoArgs(t, s_stride);
-    if (stride == NULL) return -1;
-    PyObject *offset_object = PyObject_CallMethodNoArgs(t, s_storage_offset);
-    if (offset_object == NULL) goto fail_stride;
-    long long offset = PyLong_AsLongLong(offset_object);
+    int result = -1;
+    PyObject *stride = NULL, *offset_object = NULL, *dtype = NULL, *row_kind = NULL;
     long long data_ptr = 0;
-    PyObject *kind_key = NULL, *kind = NULL, *row_key = NULL, *row_kind = NULL, *form_key = NULL, *dtype = NULL,
-             *device = NULL;
-    if (PyErr_Occurred()) goto fail;
+    if ((stride = PyObject_CallMethodNoArgs(t, s_stride)) == NULL) goto done;
+    if ((offset_object = PyObject_CallMethodNoArgs(t, s_storage_offset)) == NULL) goto done;
+    long long offset = PyLong_AsLongLong(offset_object);
+    if (PyErr_Occurred()) goto done;
     if (numel > 0) {
         PyObject *p = PyObject_CallMethodNoArgs(t, s_data_ptr);
         if (p == NULL) { /* storage not allocated: the Python path leaves its statistics null */
             PyErr_Clear();
-            Py_DECREF(offset_object);
-            Py_DECREF(stride);
-            return 0;
+            result = 0;
+            goto done;
         }
         data_ptr = PyLong_AsLongLong(p);
         Py_DECREF(p);
-        if (PyErr_Occurred()) goto fail;
+        if (PyErr_Occurred()) goto done;
     }
+    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL) goto done;
     if (f->stats == NULL) {
-        f->stats = scan_tensor(self, t, f->shape, stride, &data_ptr, numel);
+        f->stats = scan_tensor(self, t, dtype, f->shape, stride, &data_ptr, numel);
         if (f->stats == NULL) {
-            Py_DECREF(offset_object);
-            Py_DECREF(stride);
-            return PyErr_Occurred() ? -1 : 0;
+            result = PyErr_Occurred() ? -1 : 0;
+            goto done;
         }
     }
-    dtype = PyObject_GetAttr(t, s_dtype);
-    device = dtype ? PyObject_GetAttr(t, s_device) : NULL;
-    if (device == NULL) goto fail;
-    kind_key = PyTuple_Pack(2, dtype, device);
-    if (kind_key == NULL) goto fail;
-    kind = PyDict_GetItemWithError(self->kinds, kind_key);
-    if (kind == NULL) {
-        if (PyErr_Occurred()) goto fail;
-        kind = PyObject_CallOneArg(self->make_kind, t); /* fills the cache */
-        if (kind == NULL) goto fail;
-    } else {
-        Py_INCREF(kind);
+    PyObject *name = PyDict_GetItemWithError(self->parameter_names, f->key);
+    if (name == NULL) {
+        if (PyErr_Occurred()) goto done;
+        name = Py_None;
     }
-    long long element_size = PyLong_AsLongLong(PyTuple_GET_ITEM(kind, 1));
+    row_kind = cpu_row_kind(self, t, dtype, f->requires_grad ? Py_True : Py_False, name);
+    if (row_kind == NULL) goto done;
+    long long element_size = PyLong_AsLongLong(PyTuple_GET_ITEM(row_kind, 1));
+    if (element_size == -1 && PyErr_Occurred()) goto done;
     if (numel > 0) {
         f->storage = data_ptr - offset * element_size;
     } else {
         PyObject *p = PyObject_CallOneArg(self->storage_pointer, t);
-        if (p == NULL) goto fail;
+        if (p == NULL) goto done;
         f->storage = PyLong_AsLongLong(p);
         Py_DECREF(p);
-        if (PyErr_Occurred()) goto fail;
+        if (PyErr_Occurred()) goto done;
     }
-    PyObject *name = PyDict_GetItemWithError(self->parameter_names, f->key);
-    if (name == NULL) {
-        if (PyErr_Occurred()) goto fail;
-        name = Py_None;
-    }
-    PyObject *requires_grad = f->requires_grad ? Py_True : Py_False;
-    row_key = PyTuple_Pack(4, kind_key, requires_grad, Py_False, name);
-    if (row_key == NULL) goto fail;
-    row_kind = PyDict_GetItemWithError(self->row_kinds, row_key);
-    if (row_kind == NULL) {
-        if (PyErr_Occurred()) goto fail;
-        if (PyDict_GET_SIZE(self->row_kinds) > ROW_KINDS_LIMIT) PyDict_Clear(self->row_kinds);
-        row_kind = PyTuple_Pack(7, PyTuple_GET_ITEM(kind, 0), PyTuple_GET_ITEM(kind, 1), PyTuple_GET_ITEM(kind, 2),
-                                requires_grad, Py_False, name == Py_None ? Py_False : Py_True, name);
-        if (row_kind == NULL || PyDict_SetItem(self->row_kinds, row_key, row_kind) < 0) goto fail;
-    } else {
-        Py_INCREF(row_kind);
-    }
-    PyObject *numel_object = PyLong_FromLongLong(numel);
-    if (numel_object == NULL) goto fail;
-    form_key = PyTuple_Pack(5, f->shape, stride, offset_object, numel_object, row_kind);
-    if (form_key == NULL) {
-        Py_DECREF(numel_object);
-        goto fail;
-    }
-    PyObject *form = PyDict_GetItemWithError(self->forms, form_key);
-    if (form == NULL) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(numel_object);
-            goto fail;
-        }
-        if (PyDict_GET_SIZE(self->forms) > FORMS_LIMIT) PyDict_Clear(self->forms);
-        form = PyTuple_New(4 + 7);
-        if (form == NULL) {
-            Py_DECREF(numel_object);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(form, 0, Py_NewRef(f->shape));
-        PyTuple_SET_ITEM(form, 1, Py_NewRef(stride));
-        PyTuple_SET_ITEM(form, 2, Py_NewRef(offset_object));
-        PyTuple_SET_ITEM(form, 3, Py_NewRef(numel_object));
-        for (int i = 0; i < 7; i++) PyTuple_SET_ITEM(form, 4 + i, Py_NewRef(PyTuple_GET_ITEM(row_kind, i)));
-        if (PyDict_SetItem(self->forms, form_key, form) < 0) {
-            Py_DECREF(form);
-            Py_DECREF(numel_object);
-            goto fail;
-        }
-    } else {
-        Py_INCREF(form);
-    }
-    Py_DECREF(numel_object);
-    f->form = form;
-    Py_DECREF(form_key);
-    Py_DECREF(row_kind);
-    Py_DECREF(row_key);
-    Py_DECREF(kind);
-    Py_DECREF(kind_key);
-    Py_DECREF(device);
-    Py_DECREF(dtype);
-    Py_DECREF(offset_object);
-    Py_DECREF(stride);
-    return 1;
-fail:
-    Py_XDECREF(form_key);
+    if ((f->form = cpu_form(self, f->shape, stride, offset_object, numel, row_kind)) == NULL) goto done;
+    result = 1;
+done:
     Py_XDECREF(row_kind);
-    Py_XDECREF(row_key);
-    Py_XDECREF(kind);
-    Py_XDECREF(kind_key);
-    Py_XDECREF(device);
     Py_XDECREF(dtype);
     Py_XDECREF(offset_object);
-fail_stride:
-    Py_DECREF(stride);
-    return -1;
+    Py_XDECREF(stride);
+    return result;
 }
 
 int64_t shape_numel(PyObject *shape) {

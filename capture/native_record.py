@@ -62,7 +62,7 @@ def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_ap
         event_appends=tuple(event_appends), use_appends=tuple(use_appends),
         row_appends=tuple(rows[name].append for name in tensors.ROW_COLUMNS),
         entries=registry.entries, refs=registry._refs, freed=None, kinds=registry._kinds,
-        make_kind=registry.kind_of, row_kinds=registry._row_kinds, forms=registry._forms,
+        make_kind=registry.kind_of,
         parameter_names=registry.parameter_names, interned_args=arguments._interned_args,
         placeholders_json=arguments._placeholders_json, arg_slots=tuple(arguments._ARG_SLOTS),
         out_slot=arguments._OUT_SLOT, out_jsons=tuple(arguments._OUT_TENSOR), tensor_marker=arguments._TENSOR,
