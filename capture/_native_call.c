@@ -165,6 +165,40 @@ Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a) {
     return n;
 }
 
+/* The context's thread_index() of the calling thread (a new reference), called only when the
+ * thread changed. */
+PyObject *current_thread(OpRecorder *self) {
+    unsigned long ident = PyThread_get_thread_ident();
+    if (self->thread_value == NULL || ident != self->thread_ident) {
+        PyObject *index = PyObject_CallNoArgs(self->thread_index);
+        if (index == NULL) return NULL;
+        Py_XSETREF(self->thread_value, index);
+        self->thread_ident = ident;
+    }
+    return Py_NewRef(self->thread_value);
+}
+
+/* RecordingContext.take_seq() and its current_record: the seq the record takes, or -1 with
+ * an exception set. */
+long long take_seq(OpRecorder *self, PyObject *record) {
+    int failed = 0;
+    long long seq = long_attr(self->context, s_seq, &failed);
+    if (failed) return -1;
+    PyObject *next_seq = PyLong_FromLongLong(seq + 1);
+    if (next_seq == NULL || PyObject_SetAttr(self->context, s_seq, next_seq) < 0) {
+        Py_XDECREF(next_seq);
+        return -1;
+    }
+    Py_DECREF(next_seq);
+    PyObject *steps = PyObject_GetAttr(self->context, s_steps_recorded);
+    PyObject *step = steps ? PyObject_GetAttr(self->context, s_step_index) : NULL;
+    int added = step ? PySet_Add(steps, step) : -1;
+    Py_XDECREF(step);
+    Py_XDECREF(steps);
+    if (added < 0 || PyObject_SetAttr(self->context, s_current_record, record) < 0) return -1;
+    return seq;
+}
+
 /* The event's $stage and $where tuples (new references) into *stage_out and *where_out:
  * 0, or -1 with an exception set. */
 int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out) {
@@ -190,14 +224,7 @@ int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out) 
     }
     /* The context's thread_index() and scope_id(), called only when what they depend on
      * changed: the calling thread, the tracker's generation. */
-    unsigned long ident = PyThread_get_thread_ident();
-    if (self->thread_value == NULL || ident != self->thread_ident) {
-        PyObject *index = PyObject_CallNoArgs(self->thread_index);
-        if (index == NULL) goto done;
-        Py_XSETREF(self->thread_value, index);
-        self->thread_ident = ident;
-    }
-    thread = Py_NewRef(self->thread_value);
+    if ((thread = current_thread(self)) == NULL) goto done;
     PyObject *tracker = PyObject_GetAttr(self->context, s_tracker);
     PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
     Py_XDECREF(tracker);

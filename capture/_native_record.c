@@ -360,21 +360,8 @@ static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_s
     Py_SETREF(call, Py_NewRef(interned_call));
 
     /* Phase 2: the rows. */
-    int failed = 0;
-    long long seq = long_attr(self->context, s_seq, &failed);
-    if (failed) goto done;
-    PyObject *next_seq = PyLong_FromLongLong(seq + 1);
-    if (next_seq == NULL || PyObject_SetAttr(self->context, s_seq, next_seq) < 0) {
-        Py_XDECREF(next_seq);
-        goto done;
-    }
-    Py_DECREF(next_seq);
-    PyObject *steps = PyObject_GetAttr(self->context, s_steps_recorded);
-    PyObject *step = steps ? PyObject_GetAttr(self->context, s_step_index) : NULL;
-    int added = step ? PySet_Add(steps, step) : -1;
-    Py_XDECREF(step);
-    Py_XDECREF(steps);
-    if (added < 0 || PyObject_SetAttr(self->context, s_current_record, name) < 0) goto done;
+    long long seq = take_seq(self, name);
+    if (seq < 0) goto done;
     for (int k = 0; k < n_tensors; k++) {
         Facts *f = &facts[k];
         if (f->same_as >= 0) {
@@ -511,11 +498,16 @@ static PyMethodDef OpRecorder_methods[] = {
     {"record", (PyCFunction)(void (*)(void))OpRecorder_record, METH_FASTCALL,
      "record(name, written_positions, wanted_positions, args, out) -> the event's seq, or -1 where the Python "
      "path records the op"},
+    {"module_event", (PyCFunction)(void (*)(void))OpRecorder_module_event, METH_FASTCALL,
+     "module_event(kind, module, module_id, tracker_name, tensors, kwarg_tensors, inputs_require_grad, "
+     "call_index, wanted, appends, interned) -> the row's seq, or -1 where the Python path writes it"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyMemberDef OpRecorder_members[] = {
     {"recorded", T_LONGLONG, offsetof(OpRecorder, recorded), READONLY, "events recorded by the compiled path"},
+    {"hooks_recorded", T_LONGLONG, offsetof(OpRecorder, hooks_recorded), READONLY,
+     "module_events rows written by the compiled path"},
     {NULL, 0, 0, 0, NULL},
 };
 

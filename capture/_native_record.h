@@ -40,6 +40,7 @@ typedef struct {
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
     PyObject *context_key, *stage_tuple, *where_tuple; /* the last event's context key and its two tuples */
     long long recorded; /* events this object recorded (the rest went to the Python path) */
+    long long hooks_recorded; /* module_events rows it wrote (capture/_native_hooks.c) */
     unsigned long thread_ident;           /* the thread whose index is cached */
     PyObject *thread_value;               /* its index */
     PyObject *scope_generation, *scope_value; /* the tracker generation whose scope id is cached */
@@ -91,6 +92,11 @@ PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);
 Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a);
 int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out);
+PyObject *current_thread(OpRecorder *self);
+long long take_seq(OpRecorder *self, PyObject *record);
+
+/* _native_hooks.c: a module hook's row */
+PyObject *OpRecorder_module_event(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc);
 PyObject *out_list_json(OpRecorder *self, long long out_key);
 
 /* _native_state.c: the tensor states */

@@ -252,7 +252,9 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
     Py_DECREF(rg);
     f->written = 0;
     long level = PyLong_AsLong(self->level);
-    int take = level == 2; /* statistics of this state: every state, or a wanted operand's */
+    /* statistics of this state: every state, or a wanted operand's (a hook's tensor is wanted
+     * when wanted_positions is True itself, capture/_native_hooks.c) */
+    int take = level == 2 || (level == 1 && position < 0 && wanted_positions == Py_True);
     if (position >= 0) {
         PyObject *p = PyLong_FromSsize_t(position);
         if (p == NULL) return -1;

@@ -24,7 +24,8 @@ FAST_PATHS = {
     "shared_scans": "a large CPU tensor's scan shared among the threads of the OpenMP runtime torch runs "
                     "(capture/_native_parallel.c) instead of the calling thread alone",
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
-                     "in compiled code (capture/_native_record.c)",
+                     "and a module hook's row (plain tensors) in compiled code (capture/_native_record.c, "
+                     "capture/_native_hooks.c)",
 }
 
 ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"

@@ -37,12 +37,24 @@ class ModuleEventLog:
         # bound appends, kept for the buffer's life (a flush drops written rows in place)
         self._appends = tuple(buffer.columns[name].append for name in _COLUMNS)
         self._interned = buffer._interned["$hook"]
+        # The compiled record (capture/native_record.py), which writes a hook of plain tensors
+        # (capture/_native_hooks.c); None where the op log has none. Set by the Recorder.
+        self.native = None
 
     def write(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index: int) -> None:
         context = self.context
         module_id = context.catalog.module_id(module, tracker_name=tracker_name)
         if not context.recording:
             return
+        native = self.native
+        if native is not None:
+            seq = native.module_event(kind, module, module_id, tracker_name, tensors, kwarg_tensors,
+                                      inputs_require_grad, call_index, kind in SYNAPTIC_LEVEL_HOOKS, self._appends,
+                                      self._interned)
+            if seq >= 0:
+                if kind == "forward_post" and module_id in context.catalog.stateful:
+                    context.snapshot(seq, module_id, module)
+                return
         with excluded_from_modes():
             seq = context.take_seq()
             context.current_record = tracker_name

@@ -195,9 +195,10 @@ def _run(path, slow: str, monkeypatch, level: str = "full") -> dict[str, pd.Data
             late.requires_grad_()  # the same values, a new state
             (late * 2).sum().backward()
             recorder.step()
-        recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
+        compiled = recorder.ops.native
+        recorded = (compiled.recorded, compiled.hooks_recorded) if compiled is not None else (0, 0)
     monkeypatch.delenv(ENVIRONMENT_VARIABLE)
-    tables = {"recorded natively": recorded}
+    tables = {"recorded natively": recorded[0], "hooks natively": recorded[1]}
     with open_trace(path) as trace:
         for table in TABLES:
             frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
@@ -244,6 +245,8 @@ def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path,
     # Most of the events took the compiled path; the rest (tuples out, tensor lists, the
     # optimizer's foreach ops, inference tensors, per-op scalars) the Python one.
     assert python.pop("recorded natively") == 0 and native.pop("recorded natively") > events // 2
+    # and most module hooks their rows (those that saw an inference tensor went to Python)
+    assert python.pop("hooks natively") == 0 and native.pop("hooks natively") > len(native["module_events"]) // 2
     for table in TABLES:
         pd.testing.assert_frame_equal(native[table], python[table], obj=table)
 
