@@ -31,7 +31,7 @@ PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout,
     *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
     *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
-    *s_memory_snapshots, *s_memories;
+    *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;
 
 /* Whether every active neuron's memories are the very objects its last snapshot holds, as
  * RecordingContext.snapshot_memories compares them (1; 0 where one changed or is not a plain
@@ -69,19 +69,66 @@ static int memories_unchanged(OpRecorder *self, PyObject *active) {
     return unchanged;
 }
 
+/* RecordingContext.snapshot_memories's list of the active stateful neurons, rebuilt for the
+ * tracker's new generation as it builds it: [(module_id, module) for each module of
+ * tracker.active_modules, in its order, that catalog.stateful holds]. 1 done; 0 where Python
+ * must (tables of other types); -1 error. */
+static int refresh_active_stateful(OpRecorder *self, PyObject *tracker, PyObject *generation) {
+    int result = -1;
+    PyObject *catalog = NULL, *ids = NULL, *stateful = NULL, *modules = NULL, *iterator = NULL, *list = NULL, *m;
+    if ((catalog = PyObject_GetAttr(self->context, s_catalog)) == NULL || (ids = PyObject_GetAttr(catalog, s_ids)) == NULL ||
+        (stateful = PyObject_GetAttr(catalog, s_stateful)) == NULL ||
+        (modules = PyObject_GetAttr(tracker, s_active_modules)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(ids) || !PyAnySet_CheckExact(stateful)) {
+        result = 0;
+        goto done;
+    }
+    if ((list = PyList_New(0)) == NULL || (iterator = PyObject_GetIter(modules)) == NULL) goto done;
+    while ((m = PyIter_Next(iterator)) != NULL) {
+        PyObject *key = PyLong_FromVoidPtr(m);
+        PyObject *module_id = key ? PyDict_GetItemWithError(ids, key) : NULL;
+        Py_XDECREF(key);
+        int keep = module_id != NULL ? PySet_Contains(stateful, module_id) : (PyErr_Occurred() ? -1 : 0);
+        PyObject *item = keep > 0 ? PyTuple_Pack(2, module_id, m) : NULL;
+        Py_DECREF(m);
+        if (keep < 0 || (keep > 0 && (item == NULL || PyList_Append(list, item) < 0))) {
+            Py_XDECREF(item);
+            goto done;
+        }
+        Py_XDECREF(item);
+    }
+    if (PyErr_Occurred() || PyObject_SetAttr(self->context, s_active_stateful, list) < 0 ||
+        PyObject_SetAttr(self->context, s_stateful_generation, generation) < 0)
+        goto done;
+    result = 1;
+done:
+    Py_XDECREF(catalog);
+    Py_XDECREF(ids);
+    Py_XDECREF(stateful);
+    Py_XDECREF(modules);
+    Py_XDECREF(iterator);
+    Py_XDECREF(list);
+    return result;
+}
+
 /* What OpLog.record does after an event: neuron memory snapshots while a stateful neuron is
  * active (RecordingContext.snapshot_memories, called only when it has anything to look at),
  * and the writer's flush check. */
 static int after_event(OpRecorder *self, long long seq) {
-    PyObject *active = PyObject_GetAttr(self->context, s_active_stateful);
-    if (active == NULL) return -1;
     PyObject *tracker = PyObject_GetAttr(self->context, s_tracker); /* built after this object */
     PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
-    Py_XDECREF(tracker);
     PyObject *seen = generation ? PyObject_GetAttr(self->context, s_stateful_generation) : NULL;
     int look = seen ? PyObject_RichCompareBool(generation, seen, Py_NE) : -1; /* active modules changed */
+    if (look == 1) { /* their list rebuilt here, where it can be: Python then looks only at changed memories */
+        int rebuilt = refresh_active_stateful(self, tracker, generation);
+        look = rebuilt < 0 ? -1 : rebuilt == 0;
+    }
     Py_XDECREF(seen);
     Py_XDECREF(generation);
+    Py_XDECREF(tracker);
+    PyObject *active = look < 0 ? NULL : PyObject_GetAttr(self->context, s_active_stateful);
+    if (active == NULL) return -1;
     if (look == 0 && (!PyList_CheckExact(active) || PyList_GET_SIZE(active) > 0)) {
         int unchanged = PyList_CheckExact(active) ? memories_unchanged(self, active) : 0;
         look = unchanged < 0 ? -1 : !unchanged;
@@ -539,7 +586,8 @@ int native_add_record_type(PyObject *module) {
         {&s_name, "name"}, {&s_phase, "phase"}, {&s_unlabeled, "unlabeled"}, {&s_empty_kwargs, "{}"},
         {&s_written_positions, "written_positions"}, {&s_generation, "generation"}, {&s_tracker, "tracker"},
         {&s_stateful_generation, "_stateful_generation"}, {&s_active_stateful, "_active_stateful"},
-        {&s_memory_snapshots, "_memory_snapshots"}, {&s_memories, "_memories"},
+        {&s_memory_snapshots, "_memory_snapshots"}, {&s_memories, "_memories"}, {&s_catalog, "catalog"},
+        {&s_ids, "ids"}, {&s_stateful, "stateful"}, {&s_active_modules, "active_modules"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         *strings[i].target = PyUnicode_InternFromString(strings[i].text);

@@ -55,7 +55,7 @@ extern PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_
     *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
     *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
-    *s_memory_snapshots, *s_memories;
+    *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;
 
 /* What phase 1 learnt about one distinct tensor of the call. */
 typedef struct {
