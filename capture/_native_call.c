@@ -178,18 +178,23 @@ PyObject *current_thread(OpRecorder *self) {
     return Py_NewRef(self->thread_value);
 }
 
+/* The value of the counter attribute o.name, which is then one more (the context's seq, the
+ * registry's next ids): -1 with an exception set on failure (a counter is never negative). */
+long long take_counter(PyObject *o, PyObject *name) {
+    int failed = 0;
+    long long value = long_attr(o, name, &failed);
+    if (failed) return -1;
+    PyObject *next = PyLong_FromLongLong(value + 1);
+    int set = next != NULL ? PyObject_SetAttr(o, name, next) : -1;
+    Py_XDECREF(next);
+    return set < 0 ? -1 : value;
+}
+
 /* RecordingContext.take_seq() and its current_record: the seq the record takes, or -1 with
  * an exception set. */
 long long take_seq(OpRecorder *self, PyObject *record) {
-    int failed = 0;
-    long long seq = long_attr(self->context, s_seq, &failed);
-    if (failed) return -1;
-    PyObject *next_seq = PyLong_FromLongLong(seq + 1);
-    if (next_seq == NULL || PyObject_SetAttr(self->context, s_seq, next_seq) < 0) {
-        Py_XDECREF(next_seq);
-        return -1;
-    }
-    Py_DECREF(next_seq);
+    long long seq = take_counter(self->context, s_seq);
+    if (seq < 0) return -1;
     PyObject *steps = PyObject_GetAttr(self->context, s_steps_recorded);
     PyObject *step = steps ? PyObject_GetAttr(self->context, s_step_index) : NULL;
     int added = step ? PySet_Add(steps, step) : -1;

@@ -10,12 +10,10 @@ static PyObject *s_training, *s_recompute_depth;
 typedef enum { HOOK_INPUTS, HOOK_OUTPUTS, HOOK_OTHER } HookIds;
 
 static HookIds hook_ids(PyObject *kind, int *forward, int *forward_post) {
-    *forward = PyUnicode_CompareWithASCIIString(kind, "forward_pre") == 0;
+    int forward_pre = PyUnicode_CompareWithASCIIString(kind, "forward_pre") == 0;
     *forward_post = PyUnicode_CompareWithASCIIString(kind, "forward_post") == 0;
-    *forward = *forward || *forward_post;
-    if (PyUnicode_CompareWithASCIIString(kind, "forward_pre") == 0 ||
-        PyUnicode_CompareWithASCIIString(kind, "backward_post") == 0)
-        return HOOK_INPUTS;
+    *forward = forward_pre || *forward_post;
+    if (forward_pre || PyUnicode_CompareWithASCIIString(kind, "backward_post") == 0) return HOOK_INPUTS;
     if (*forward_post || PyUnicode_CompareWithASCIIString(kind, "backward_pre") == 0) return HOOK_OUTPUTS;
     return HOOK_OTHER;
 }

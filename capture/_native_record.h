@@ -87,6 +87,7 @@ int call_append(PyObject *appends, Py_ssize_t i, PyObject *value);
 int append_long(PyObject *appends, Py_ssize_t i, long long value);
 int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value);
 long long long_attr(PyObject *o, PyObject *name, int *failed);
+long long take_counter(PyObject *o, PyObject *name);
 PyObject *argument_key(OpRecorder *self, PyObject *a);
 PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);

@@ -313,25 +313,12 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
 
 /* Phase 2 for one distinct tensor with a new state: its row, its entry. */
 int write_state(OpRecorder *self, Facts *f, long long seq) {
-    int failed = 0;
-    long long tensor_id = long_attr(self->registry, s_next_tensor_id, &failed);
-    if (failed) return -1;
-    PyObject *next = PyLong_FromLongLong(tensor_id + 1);
-    if (next == NULL || PyObject_SetAttr(self->registry, s_next_tensor_id, next) < 0) {
-        Py_XDECREF(next);
-        return -1;
-    }
-    Py_DECREF(next);
+    long long tensor_id = take_counter(self->registry, s_next_tensor_id);
+    if (tensor_id < 0) return -1;
     long long uid;
     if (f->entry == NULL) {
-        uid = long_attr(self->registry, s_next_uid, &failed);
-        if (failed) return -1;
-        next = PyLong_FromLongLong(uid + 1);
-        if (next == NULL || PyObject_SetAttr(self->registry, s_next_uid, next) < 0) {
-            Py_XDECREF(next);
-            return -1;
-        }
-        Py_DECREF(next);
+        uid = take_counter(self->registry, s_next_uid);
+        if (uid < 0) return -1;
     } else {
         uid = PyLong_AsLongLong(PyList_GET_ITEM(f->entry, 0));
         if (uid == -1 && PyErr_Occurred()) return -1;
