@@ -488,10 +488,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "capture._native",
 
 int native_add_record_type(PyObject *module); /* capture/_native_record.c */
 int native_add_column_type(PyObject *module); /* capture/_native_column.c */
+int native_add_dispatch_type(PyObject *module); /* capture/_native_dispatch.c */
 
 PyMODINIT_FUNC PyInit__native(void) {
     native_parallel_init();
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0)) Py_CLEAR(m);
+    if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0 ||
+                      native_add_dispatch_type(m) < 0)) Py_CLEAR(m);
     return m;
 }

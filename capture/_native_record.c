@@ -192,7 +192,7 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
 
 /* record(name, written_positions, wanted_positions, propagation, args, kwargs, out) -> seq, or -1
  * when the Python path must record the op (`propagation`: the enum above, OpPlan.native_propagation). */
-static PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
+PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "record(name, written_positions, wanted_positions, propagation, args, kwargs, out)");

@@ -96,6 +96,9 @@ int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out);
 PyObject *current_thread(OpRecorder *self);
 long long take_seq(OpRecorder *self, PyObject *record);
 
+/* _native_record.c: one op's rows (OpRecorder.record) */
+PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc);
+
 /* _native_hooks.c: a module hook's row */
 PyObject *OpRecorder_module_event(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc);
 PyObject *out_list_json(OpRecorder *self, long long out_key);

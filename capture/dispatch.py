@@ -18,9 +18,11 @@ records.
 from __future__ import annotations
 
 import torch
+from torch._ops import OpOverload
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from capture import native
 from capture.arguments import encode_call
 from capture.context import RecordingContext
 from capture.native_record import compiled_propagation, native_op_recorder
@@ -113,6 +115,16 @@ class RecordingMode(TorchDispatchMode):
         self.context = context
         self.ops = ops
         self._redispatching: set = set()  # custom ops now inside their own autograd kernel
+        if ops.native is not None and "native_dispatch" in context.fast_paths:
+            # The compiled handler (capture/_native_dispatch.c) takes the calls of ops with a
+            # compiled plan (OpLog.compiled) and hands the rest to this class's handler. As an
+            # instance attribute it is what torch calls; its __self__ is this mode.
+            self.__torch_dispatch__ = native._native.DispatchHandler(
+                mode=self, recorder=ops.native, compiled=ops.compiled, context=context, lock=context.lock,
+                set_eval_frame=set_eval_frame, in_python=type(self).__torch_dispatch__.__get__(self, type(self)),
+                take_scalars=ops.scalars.take, record_in_python=ops.record_in_python,
+                report=lambda func, exc: context.report_failure("dispatch", _safe_op_name(func), exc,
+                                                                context.seq - 1))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         compiling = set_eval_frame(None) if set_eval_frame is not None else None  # see _should_skip_dynamo
@@ -214,6 +226,10 @@ class OpLog:
         # id(OpOverload) -> OpPlan: torch keeps every OpOverload for the life of the process,
         # and id() avoids OpOverload's Python __hash__ on every op.
         self.plans: dict[int, OpPlan] = {}
+        # id(OpOverload) -> what the compiled handler needs of its plan (the plan, the op's C
+        # entry point OpOverload.__call__ calls, then record's arguments and whether the op has
+        # per-op scalars): an op the compiled record takes and no decomposition may change.
+        self.compiled: dict[int, tuple] = {}
         fast = context.fast_paths
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
@@ -229,6 +245,9 @@ class OpLog:
         plan = self.plans.get(id(func))
         if plan is None:
             plan = self.plans[id(func)] = OpPlan(func, self._propagation, self._synaptic_level)
+            if plan.native and not plan.may_decompose and self.native is not None and type(func) is OpOverload:
+                self.compiled[id(func)] = (plan, func._op, plan.name, plan.written_positions, plan.wanted,
+                                           plan.native_propagation, plan.statistics)
         if not self.took_natively(plan, args, kwargs, out):
             self.record_in_python(plan, func, args, kwargs, out)
 

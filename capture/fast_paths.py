@@ -26,6 +26,8 @@ FAST_PATHS = {
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
                      "and a module hook's row (plain tensors) in compiled code (capture/_native_record.c, "
                      "capture/_native_hooks.c)",
+    "native_dispatch": "the dispatch mode's handler for ops the compiled record takes in compiled code "
+                       "(capture/_native_dispatch.c) instead of a Python __torch_dispatch__",
 }
 
 ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"

@@ -197,8 +197,10 @@ def _run(path, slow: str, monkeypatch, level: str = "full") -> dict[str, pd.Data
             recorder.step()
         compiled = recorder.ops.native
         recorded = (compiled.recorded, compiled.hooks_recorded) if compiled is not None else (0, 0)
+        handler = recorder.mode.__torch_dispatch__
+        dispatched = getattr(handler, "taken", 0)  # the compiled handler's calls (a bound method: none)
     monkeypatch.delenv(ENVIRONMENT_VARIABLE)
-    tables = {"recorded natively": recorded[0], "hooks natively": recorded[1]}
+    tables = {"recorded natively": recorded[0], "hooks natively": recorded[1], "dispatched natively": dispatched}
     with open_trace(path) as trace:
         for table in TABLES:
             frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
@@ -247,6 +249,10 @@ def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path,
     assert python.pop("recorded natively") == 0 and native.pop("recorded natively") > events // 2
     # and most module hooks their rows (those that saw an inference tensor went to Python)
     assert python.pop("hooks natively") == 0 and native.pop("hooks natively") > len(native["module_events"]) // 2
+    # and the compiled handler took most calls the compiled record took (an op's first call,
+    # and those of ops that may decompose, reach it through the Python handler)
+    recorded = native["events"].shape[0]
+    assert python.pop("dispatched natively") == 0 and native.pop("dispatched natively") > recorded // 2
     for table in TABLES:
         pd.testing.assert_frame_equal(native[table], python[table], obj=table)
 
@@ -272,6 +278,56 @@ def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypa
     assert manifest["settings"]["native"] is True and "native_record" in manifest["settings"]["fast_paths"]
     dispatch = [d for d in manifest["degraded"] if d["site"] == "dispatch"]
     assert dispatch and all("injected failure naming a tensor kind" in d["error"] for d in dispatch)
+
+
+def test_the_compiled_handler_counts_capture_failures_and_raises_only_the_users_errors(tmp_path, monkeypatch):
+    # capture/_native_dispatch.c takes an op's calls once its plan is compiled (from its
+    # second call): a failure of the record it runs (here the per-op scalars of addmm) is a
+    # degraded entry, the user's result untouched; the user's own error (a shape mismatch)
+    # reaches the user as torch raises it; the context lock is released on every path (a
+    # second thread can take it).
+    import threading
+
+    from capture.scalar_rows import OpScalars
+
+    if not capture.native.AVAILABLE:
+        pytest.skip("no compiled path in this install")
+
+    def broken(self, name, seq, args, out):
+        raise RuntimeError("injected failure in the per-op scalars")
+
+    monkeypatch.setattr(OpScalars, "take", broken)
+    torch.manual_seed(0)
+    net = nn.Linear(12, 6)
+    x = (torch.rand(8, 12) > 0.5).float()
+    expected = [net(x) for _ in range(3)]
+    a, b, bt = torch.ones(2, 3), torch.ones(2, 3), torch.ones(3, 2)
+    with pytest.raises(RuntimeError) as plain:
+        torch.mm(a, b)
+    with Recorder(tmp_path / "trace", model=net) as recorder:
+        handler = recorder.mode.__torch_dispatch__
+        got = [net(x) for _ in range(3)]
+        torch.mm(a, bt)  # mm's first call: its plan is made, the next call is the handler's
+        taken = handler.taken
+        with pytest.raises(RuntimeError) as captured:
+            torch.mm(a, b)
+        lock, free = recorder.ops.context.lock, []
+        worker = threading.Thread(target=lambda: free.append(lock.acquire(blocking=False) and (lock.release() or True)))
+        worker.start()
+        worker.join(timeout=30)
+        assert free == [True]  # no call left the lock held
+        torch.mm(a, bt)  # the handler's: it goes on recording after the user's error
+        assert handler.taken == taken + 1 and taken > 0
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert str(captured.value) == str(plain.value)
+    manifest = json.loads((tmp_path / "trace" / "manifest.json").read_text())
+    dispatch = [d for d in manifest["degraded"] if d["site"] == "dispatch"]
+    assert dispatch and all("injected failure in the per-op scalars" in d["error"] for d in dispatch)
+    with open_trace(tmp_path / "trace") as trace:
+        ops = list(trace.sql("SELECT op FROM events ORDER BY seq")["op"])
+    # three linears (addmm, each after its weight's t), then the two successful mm: the
+    # failed one ran no op, so it has no event (nor a degraded entry: the error was the user's)
+    assert ops.count("aten.addmm.default") == 3 and ops.count("aten.mm.default") == 2
 
 
 def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: torch.Tensor) -> list[torch.Tensor]:
