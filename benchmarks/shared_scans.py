@@ -33,11 +33,21 @@ def _passes() -> dict:
         conv_input, lambda: op_statistics._compiled_spatial_counts(conv_input).sum().item())
     x, w = (torch.rand(512, 784) < 0.2).float(), torch.randn(800, 784)
     passes["nonzero pairs of a 512x784 @ (800x784).T matmul"] = (w, lambda: op_statistics._gemm_pairs(x, w.t()))
+    # The record's common case: the output of the op that just ran, written by torch's threads
+    # (an elementwise op shares its elements among them from 32768 on), scanned at once.
+    for rows, columns in ((64, 400), (64, 800), (64, 1600)):
+        a, b = torch.randn(rows, columns), torch.randn(rows, columns)
+        product = torch.empty(rows, columns)
+        passes[f"nnz and 0/1 of a {rows}x{columns} product torch just wrote"] = (
+            product, lambda t=product: native.scan_stats(t), lambda a=a, b=b, t=product: torch.mul(a, b, out=t))
     return passes
 
 
-def _sample(run, warm: torch.Tensor) -> tuple[float, object]:
-    warm.add_(0)  # a torch op first, as a scan follows one in a step
+def _sample(run, warm: torch.Tensor, write=None) -> tuple[float, object]:
+    if write is not None:
+        write()  # the op that writes the operand, as the op whose output the record scans
+    else:
+        warm.add_(0)  # a torch op first, as a scan follows one in a step
     start = time.perf_counter()
     value = run()
     return time.perf_counter() - start, value
@@ -54,14 +64,14 @@ def main() -> None:
           f"shared from {min_bytes // 1024} KB; median of {args.repeats} samples each\n")
     print("| pass | one thread µs | shared µs | one / shared |")
     print("|---|---|---|---|")
-    for name, (operand, run) in _passes().items():
+    for name, (operand, run, *write) in _passes().items():
         times: dict[int, list[float]] = {1: [], cap: []}
         values = set()
         warm = torch.empty_like(operand)
         for _ in range(args.repeats):
             for threads in times:
                 native._native.parallel_scan(max_threads=threads)
-                elapsed, value = _sample(run, warm)
+                elapsed, value = _sample(run, warm, *write)
                 times[threads].append(elapsed)
                 values.add(value)
         native._native.parallel_scan(max_threads=cap)

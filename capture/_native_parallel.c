@@ -23,10 +23,14 @@
 #define HAVE_DLOPEN 1
 #endif
 
-/* Below this a scan stays on the calling thread: a parallel region costs a few us when torch's
- * workers spin and more when they sleep, and a 512 KB scan takes ~10 us on one core
- * (benchmarks/shared_scans.py: no gain at 256 KB, 1.1-1.3x at 1 MB, 1.6-1.8x from 8 MB). */
-static int64_t parallel_from_bytes = 512 << 10;
+/* Below this a scan stays on the calling thread. From it on, a scan is shared as torch shares
+ * the elementwise op that most likely wrote the tensor: torch cuts an op's elements among its
+ * threads from 32768 of them (at::internal::GRAIN_SIZE, 128 KB of float32), one equal run
+ * each, as native_share cuts a scan, so each thread then reads the run it wrote from its own
+ * core's cache. Scanned by the calling thread alone, half of a 200 KB output just written
+ * came from the other core's cache: a recorded float32 multiply of 64x800 cost 17.6 us more
+ * than the op alone, shared 8.4 (benchmarks/shared_scans.py measures both). */
+static int64_t parallel_from_bytes = 128 << 10;
 static int thread_cap = MAX_SCAN_THREADS;
 
 typedef void (*GompParallel)(void (*)(void *), void *, unsigned, unsigned);
