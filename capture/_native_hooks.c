@@ -155,3 +155,25 @@ done:
     Py_XDECREF(kwarg_ids);
     return result;
 }
+
+/* describe(tensor, seq) -> the tensor_id of the tensor's current state, its row written when
+ * the state is new, as TensorRegistry.describe(tensor, seq) gives it (neither written by an op
+ * nor wanted: statistics at level "full" only); -1, nothing written, where the Python path
+ * describes it (not a plain CPU tensor, an inference tensor). A neuron's memories after each
+ * change (capture/context.py snapshot): 12-20 us a tensor in Python. */
+PyObject *OpRecorder_describe(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 2) {
+        PyErr_SetString(PyExc_TypeError, "describe takes 2 arguments (tensor, seq)");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(argv[1]);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (!is_plain_tensor(self, argv[0])) return PyLong_FromLong(-1);
+    Facts f = {.tensor = argv[0], .same_as = -1};
+    PyObject *result = NULL;
+    int ready = tensor_facts(self, &f, NULL, Py_False, -1, NULL);
+    if (ready == 0) result = PyLong_FromLong(-1);
+    else if (ready > 0 && (f.known || write_state(self, &f, seq) == 0)) result = PyLong_FromLongLong(f.tensor_id);
+    clear_facts(&f, 1);
+    return result;
+}

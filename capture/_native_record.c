@@ -548,6 +548,9 @@ static PyMethodDef OpRecorder_methods[] = {
     {"module_event", (PyCFunction)(void (*)(void))OpRecorder_module_event, METH_FASTCALL,
      "module_event(kind, module, module_id, tracker_name, tensors, kwarg_tensors, inputs_require_grad, "
      "call_index, wanted, appends, interned) -> the row's seq, or -1 where the Python path writes it"},
+    {"describe", (PyCFunction)(void (*)(void))OpRecorder_describe, METH_FASTCALL,
+     "describe(tensor, seq) -> the tensor_id of its current state (its row written when new), or -1 where the "
+     "Python path describes it"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -101,6 +101,7 @@ PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t 
 
 /* _native_hooks.c: a module hook's row */
 PyObject *OpRecorder_module_event(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc);
+PyObject *OpRecorder_describe(OpRecorder *self, PyObject *const *argv, Py_ssize_t argc);
 PyObject *out_list_json(OpRecorder *self, long long out_key);
 
 /* _native_state.c: the tensor states */

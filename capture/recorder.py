@@ -214,6 +214,7 @@ class Recorder:
         self.ops = OpLog(context)
         self.module_events = ModuleEventLog(context)
         self.module_events.native = self.ops.native  # a hook's row in compiled code too, where ops have it
+        context.native_describe = self.ops.native.describe if self.ops.native is not None else None
         self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)
         self.writer.before_flush += [self.registry.resolve_pending, self.ops.resolve_pending, self.catalog.write_rows, self._write_steps]
         self.writer.on_failure.append(self._update_recording)  # a trace that cannot be written records nothing

@@ -426,23 +426,41 @@ def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, m
     if not capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
 
+    from capture.tensors import TensorRegistry
+
+    python_describe = TensorRegistry.describe
+
     def run(path, slow):
         monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
         torch.manual_seed(0)
         neuron = _user_neuron()
+        memories_in_python = []
+
+        def describe(self, t, *args, **kwargs):  # the Python path's describe of a memory tensor
+            if any(t is value for value in neuron._memories.values()):
+                memories_in_python.append(t)
+            return python_describe(self, t, *args, **kwargs)
+
+        monkeypatch.setattr(TensorRegistry, "describe", describe)
         with Recorder(path, model=neuron) as recorder:
             for _ in range(3):
                 neuron(torch.rand(4, 6))
             recorded = recorder.ops.native.recorded if recorder.ops.native is not None else 0
         monkeypatch.delenv(ENVIRONMENT_VARIABLE)
+        monkeypatch.setattr(TensorRegistry, "describe", python_describe)
         with open_trace(path) as trace:
-            rows = trace.sql("SELECT seq, module_id, name, kind, tensor_id FROM neuron_memories ORDER BY seq, name")
-        return rows, recorded
+            rows = trace.sql("SELECT m.seq, m.module_id, m.name, m.kind, m.tensor_id, t.shape, t.nnz, t.is01 "
+                             "FROM neuron_memories m LEFT JOIN tensors t USING (rank, tensor_id) ORDER BY m.seq, m.name")
+        return rows, recorded, len(memories_in_python)
 
-    native, recorded = run(tmp_path / "native", "")
-    python, _ = run(tmp_path / "python", "native_record")
+    native, recorded, native_in_python = run(tmp_path / "native", "")
+    python, _, python_in_python = run(tmp_path / "python", "native_record")
     assert recorded > 0
     pd.testing.assert_frame_equal(native, python)
+    # the compiled record describes the memory tensors itself (capture/_native_hooks.c describe)
+    assert native_in_python == 0 and python_in_python > 0
+    tensors = native[native["kind"] == "tensor"]
+    assert len(tensors) and tensors["nnz"].notna().all()  # level "full": each memory state scanned
     # per forward: the memory reassigned twice inside it, each seen at the next op
     assert len(native) >= 2 * 3, native
 
