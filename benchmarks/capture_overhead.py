@@ -80,7 +80,7 @@ def spikingjelly_mode():
 
 
 # The compiled per-op path (capture/native.py), switched off for the "Python path" column.
-COMPILED_PATHS = "native_record,native_statistics"
+COMPILED_PATHS = "native_record,native_statistics,native_dispatch"
 
 
 @contextmanager
