@@ -122,9 +122,7 @@ class RecordingMode(TorchDispatchMode):
             self.__torch_dispatch__ = native._native.DispatchHandler(
                 mode=self, recorder=ops.native, compiled=ops.compiled, context=context, lock=context.lock,
                 set_eval_frame=set_eval_frame, in_python=type(self).__torch_dispatch__.__get__(self, type(self)),
-                take_scalars=ops.scalars.take, record_in_python=ops.record_in_python,
-                report=lambda func, exc: context.report_failure("dispatch", _safe_op_name(func), exc,
-                                                                context.seq - 1))
+                take_scalars=ops.scalars.take, record_in_python=ops.record_in_python, report=self._record_failed)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         compiling = set_eval_frame(None) if set_eval_frame is not None else None  # see _should_skip_dynamo
@@ -152,11 +150,15 @@ class RecordingMode(TorchDispatchMode):
                         elif not ops.took_natively(known, args, kwargs, out):
                             ops.record_in_python(known, func, args, kwargs, out)
                     except Exception as exc:  # noqa: BLE001 - a capture failure: counted, never raised
-                        context.report_failure("dispatch", _safe_op_name(func), exc, context.seq - 1)
+                        self._record_failed(func, exc)
             return out
         finally:
             if set_eval_frame is not None:
                 set_eval_frame(compiling)
+
+    def _record_failed(self, func, exc: Exception) -> None:
+        """A failure of the record of func's call (either handler's): counted on its event."""
+        self.context.report_failure("dispatch", _safe_op_name(func), exc, self.context.seq - 1)
 
     def _plan(self, func, args, kwargs):
         try:
