@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include "_native.h"
+#include "_native_attrs.h"
 #define RELEASE_GIL_FROM 65536 /* elements: below this the GIL round trip costs more than it frees */
 
 typedef struct {
@@ -477,6 +478,9 @@ static PyMethodDef methods[] = {
     {"parallel_scan", (PyCFunction)(void (*)(void))native_parallel_scan, METH_VARARGS | METH_KEYWORDS,
      "parallel_scan(min_bytes=None, max_threads=None) -> (runtime found, min_bytes, max_threads): when a scan is "
      "shared among the threads of the OpenMP runtime torch loaded (read, and set where given)."},
+    {"tensor_attributes", native_tensor_attributes, METH_O,
+     "tensor_attributes(t) -> (_version, shape, requires_grad, dtype, device, is_cpu, layout, is_meta) as the "
+     "compiled record reads them: through torch's getters, found once per type."},
     {"identity_codes", identity_codes, METH_O,
      "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
      "objects of rows, by identity, in first-seen order."},
@@ -489,11 +493,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "capture._native",
 int native_add_record_type(PyObject *module); /* capture/_native_record.c */
 int native_add_column_type(PyObject *module); /* capture/_native_column.c */
 int native_add_dispatch_type(PyObject *module); /* capture/_native_dispatch.c */
+int native_add_counter_type(PyObject *module);  /* capture/_native_counter.c */
 
 PyMODINIT_FUNC PyInit__native(void) {
     native_parallel_init();
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0 ||
-                      native_add_dispatch_type(m) < 0)) Py_CLEAR(m);
+                      native_add_dispatch_type(m) < 0 || native_add_counter_type(m) < 0))
+        Py_CLEAR(m);
     return m;
 }

@@ -56,4 +56,9 @@ PyObject *native_parallel_scan(PyObject *self, PyObject *args, PyObject *kwargs)
 /* type ready and added to the module as `name`: 0, or -1 with an exception set. */
 int native_add_type(PyObject *module, PyTypeObject *type, const char *name);
 
+/* capture/_native_counter.c: take a Counter's value and advance it (-1 with an exception set),
+ * or read it (a new reference) */
+long long counter_take(PyObject *counter);
+PyObject *counter_value(PyObject *counter);
+
 #endif

@@ -54,18 +54,6 @@ int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value) {
     return value == Py_None ? append_long(appends, i, -1) : call_append(appends, i, value);
 }
 
-long long long_attr(PyObject *o, PyObject *name, int *failed) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) {
-        *failed = 1;
-        return -1;
-    }
-    long long r = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (r == -1 && PyErr_Occurred()) *failed = 1;
-    return r;
-}
-
 /* The interning key of one positional argument, a new reference; NULL with no error set
  * when the argument is of a kind this path leaves to Python. */
 PyObject *argument_key(OpRecorder *self, PyObject *a) {
@@ -178,22 +166,10 @@ PyObject *current_thread(OpRecorder *self) {
     return Py_NewRef(self->thread_value);
 }
 
-/* The value of the counter attribute o.name, which is then one more (the context's seq, the
- * registry's next ids): -1 with an exception set on failure (a counter is never negative). */
-long long take_counter(PyObject *o, PyObject *name) {
-    int failed = 0;
-    long long value = long_attr(o, name, &failed);
-    if (failed) return -1;
-    PyObject *next = PyLong_FromLongLong(value + 1);
-    int set = next != NULL ? PyObject_SetAttr(o, name, next) : -1;
-    Py_XDECREF(next);
-    return set < 0 ? -1 : value;
-}
-
 /* RecordingContext.take_seq() and its current_record: the seq the record takes, or -1 with
  * an exception set. */
 long long take_seq(OpRecorder *self, PyObject *record) {
-    long long seq = take_counter(self->context, s_seq);
+    long long seq = counter_take(self->seq_counter);
     if (seq < 0) return -1;
     PyObject *steps = PyObject_GetAttr(self->context, s_steps_recorded);
     PyObject *step = steps ? PyObject_GetAttr(self->context, s_step_index) : NULL;
@@ -254,11 +230,18 @@ int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out) 
         Py_DECREF(generation);
     }
     scope = Py_NewRef(self->scope_value);
-    key = PyTuple_Pack(7, stage, step, grad, in_backward, thread, scope, recompute);
-    if (key == NULL) goto done;
-    int same = self->context_key != NULL ? PyObject_RichCompareBool(key, self->context_key, Py_EQ) : 0;
+    /* Most ops find every part the very object the last event had: compared by identity, no
+     * key tuple is built for them (the step, an int, may be an equal one: compared by value). */
+    PyObject *const parts[7] = {stage, step, grad, in_backward, thread, scope, recompute};
+    int same = self->context_key != NULL;
+    for (int i = 0; same > 0 && i < 7; i++) {
+        PyObject *last = PyTuple_GET_ITEM(self->context_key, i);
+        if (last != parts[i]) same = i == 1 ? PyObject_RichCompareBool(last, parts[i], Py_EQ) : 0;
+    }
     if (same < 0) goto done;
     if (!same) {
+        key = PyTuple_Pack(7, stage, step, grad, in_backward, thread, scope, recompute);
+        if (key == NULL) goto done;
         /* The stage tuple changes with the stage object or the step only. */
         PyObject *previous = self->context_key;
         int same_stage = previous != NULL && PyTuple_GET_ITEM(previous, 0) == stage;

@@ -28,8 +28,8 @@
 #include "_native.h"
 
 PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
-    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
-    *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
+    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_steps_recorded, *s_step_index,
+    *s_current_record, *s_current_stage, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
     *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;
 
@@ -172,7 +172,7 @@ static PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref) {
         return NULL;
     }
     PyObject *key = PyTuple_GET_ITEM(found, 0), *uid = PyTuple_GET_ITEM(found, 1);
-    PyObject *seq = uid == Py_None ? NULL : PyObject_GetAttr(self->context, s_seq);
+    PyObject *seq = uid == Py_None ? NULL : counter_value(self->seq_counter);
     int failed = uid == Py_None ? 0 : seq == NULL || call_append(self->free_appends, 0, uid) < 0 ||
                                           call_append(self->free_appends, 1, seq) < 0;
     Py_XDECREF(seq);
@@ -325,7 +325,7 @@ PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t 
                 }
                 if (PyErr_Occurred()) goto done;
                 if (parts > 0 && known == parts) {
-                    PyObject *out_shape = PyObject_GetAttr(out, s_shape);
+                    PyObject *out_shape = tensor_attribute(out, TENSOR_SHAPE);
                     if (out_shape == NULL) goto done;
                     inherit.source_numel = shape_numel(out_shape); /* the output holds every part's elements */
                     Py_DECREF(out_shape);
@@ -359,7 +359,7 @@ PyObject *OpRecorder_record(OpRecorder *self, PyObject *const *argv, Py_ssize_t 
                     other_operand = (Operand){facts[1].tensor, fact_stats(facts, 1), f->shape};
                     other = &other_operand;
                 }
-                out_operand = (Operand){out, NULL, PyObject_GetAttr(out, s_shape)};
+                out_operand = (Operand){out, NULL, tensor_attribute(out, TENSOR_SHAPE)};
                 if (out_operand.shape == NULL) goto done;
                 int rule = arithmetic_rule((int)propagation, args, argv[5], x, other, &out_operand, &derived);
                 if (rule == RULE_APPLIES) {
@@ -460,6 +460,7 @@ static const struct {
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
     FIELD(maybe_flush), FIELD(flush_rows), FIELD(interned_kwargs), FIELD(kwargs_json), FIELD(kwarg_types),
+    FIELD(seq_counter), FIELD(tensor_ids), FIELD(uids),
 };
 #define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
 #define SLOT(self, i) ((PyObject **)((char *)(self) + FIELDS[i].offset))
@@ -583,9 +584,9 @@ int native_add_record_type(PyObject *module) {
         {&s_version, "_version"}, {&s_shape, "shape"}, {&s_requires_grad, "requires_grad"}, {&s_dtype, "dtype"},
         {&s_device, "device"}, {&s_layout, "layout"}, {&s_is_meta, "is_meta"}, {&s_is_neg, "is_neg"},
         {&s_is_cpu, "is_cpu"}, {&s_storage_offset, "storage_offset"}, {&s_stride, "stride"},
-        {&s_data_ptr, "data_ptr"}, {&s_seq, "seq"}, {&s_steps_recorded, "steps_recorded"},
+        {&s_data_ptr, "data_ptr"}, {&s_steps_recorded, "steps_recorded"},
         {&s_step_index, "step_index"}, {&s_current_record, "current_record"}, {&s_current_stage, "current_stage"},
-        {&s_next_tensor_id, "next_tensor_id"}, {&s_next_uid, "next_uid"}, {&s_stage_id, "stage_id"},
+        {&s_stage_id, "stage_id"},
         {&s_name, "name"}, {&s_phase, "phase"}, {&s_unlabeled, "unlabeled"}, {&s_empty_kwargs, "{}"},
         {&s_written_positions, "written_positions"}, {&s_generation, "generation"}, {&s_tracker, "tracker"},
         {&s_stateful_generation, "_stateful_generation"}, {&s_active_stateful, "_active_stateful"},

@@ -6,6 +6,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_native.h"
+#include "_native_attrs.h"
 #include "_native_rules.h"
 #include <math.h>
 #include <stddef.h>
@@ -36,6 +38,7 @@ typedef struct {
     PyObject *calls, *wheres, *tensor_type, *parameter_type, *strided, *bit_formats;
     PyObject *is_grad_enabled, *graph_task_id, *in_recomputation, *dispatch_depth;
     PyObject *thread_index, *scope_id, *storage_pointer;
+    PyObject *seq_counter, *tensor_ids, *uids; /* the context's and the registry's Counters */
     PyObject *level; /* 2 full (every state), 1 synaptic (wanted operands only), 0 none */
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
     PyObject *context_key, *stage_tuple, *where_tuple; /* the last event's context key and its two tuples */
@@ -52,8 +55,8 @@ typedef struct {
 
 /* Attribute and method names, interned once (native_add_record_type). */
 extern PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
-    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_seq, *s_steps_recorded, *s_step_index,
-    *s_current_record, *s_current_stage, *s_next_tensor_id, *s_next_uid, *s_stage_id, *s_name, *s_phase,
+    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_steps_recorded, *s_step_index,
+    *s_current_record, *s_current_stage, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
     *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;
 
@@ -86,8 +89,6 @@ typedef struct {
 int call_append(PyObject *appends, Py_ssize_t i, PyObject *value);
 int append_long(PyObject *appends, Py_ssize_t i, long long value);
 int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value);
-long long long_attr(PyObject *o, PyObject *name, int *failed);
-long long take_counter(PyObject *o, PyObject *name);
 PyObject *argument_key(OpRecorder *self, PyObject *a);
 PyObject *keyword_json(OpRecorder *self, PyObject *kwargs);
 int is_plain_tensor(OpRecorder *self, PyObject *a);

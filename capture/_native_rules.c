@@ -3,16 +3,16 @@
  * RULE_UNSURE where this code does not read a value the Python rule does (then the record
  * hands a large output to Python, as before these rules were here). */
 
+#include "_native_attrs.h"
 #include "_native_rules.h"
 
 #include <math.h>
 
-static PyObject *s_alpha, *s_dtype;
+static PyObject *s_alpha;
 
 static int strings_ready(void) {
     if (s_alpha == NULL) s_alpha = PyUnicode_InternFromString("alpha");
-    if (s_dtype == NULL) s_dtype = PyUnicode_InternFromString("dtype");
-    return s_alpha != NULL && s_dtype != NULL ? 0 : -1;
+    return s_alpha != NULL ? 0 : -1;
 }
 
 /* Whether `value` == `target` (0 or 1) as Python compares a number with it: RULE_APPLIES,
@@ -40,7 +40,7 @@ static int alpha_is_one(PyObject *args, PyObject *kwargs, Py_ssize_t position) {
 static int same_kind(const Operand *a, const Operand *b) {
     int same = PyObject_RichCompareBool(a->shape, b->shape, Py_EQ);
     if (same <= 0) return same;
-    PyObject *da = PyObject_GetAttr(a->tensor, s_dtype), *db = da ? PyObject_GetAttr(b->tensor, s_dtype) : NULL;
+    PyObject *da = tensor_attribute(a->tensor, TENSOR_DTYPE), *db = da ? tensor_attribute(b->tensor, TENSOR_DTYPE) : NULL;
     same = db == NULL ? -1 : da == db;
     Py_XDECREF(da);
     Py_XDECREF(db);

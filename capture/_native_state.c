@@ -61,7 +61,7 @@ static PyObject *cpu_kind(OpRecorder *self, PyObject *t, PyObject *dtype) {
     PyObject *kind = PyDict_GetItemWithError(kinds, dtype);
     if (kind != NULL) return Py_NewRef(kind);
     if (PyErr_Occurred()) return NULL;
-    PyObject *device = PyObject_GetAttr(t, s_device);
+    PyObject *device = tensor_attribute(t, TENSOR_DEVICE);
     PyObject *kind_key = device ? PyTuple_Pack(2, dtype, device) : NULL;
     Py_XDECREF(device);
     if (kind_key == NULL) return NULL;
@@ -145,15 +145,15 @@ static int new_state(OpRecorder *self, Facts *f) {
     PyObject *v;
     if ((Py_TYPE(t) != (PyTypeObject *)self->tensor_type && Py_TYPE(t) != (PyTypeObject *)self->parameter_type))
         return 0;
-    v = PyObject_GetAttr(t, s_is_cpu);
+    v = tensor_attribute(t, TENSOR_IS_CPU);
     if (v == NULL) return -1;
     int cpu = v == Py_True;
     Py_DECREF(v);
-    v = PyObject_GetAttr(t, s_layout);
+    v = tensor_attribute(t, TENSOR_LAYOUT);
     if (v == NULL) return -1;
     int strided = v == self->strided;
     Py_DECREF(v);
-    v = PyObject_GetAttr(t, s_is_meta);
+    v = tensor_attribute(t, TENSOR_IS_META);
     if (v == NULL) return -1;
     int meta = v == Py_True;
     Py_DECREF(v);
@@ -178,7 +178,7 @@ static int new_state(OpRecorder *self, Facts *f) {
         Py_DECREF(p);
         if (PyErr_Occurred()) goto done;
     }
-    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL) goto done;
+    if ((dtype = tensor_attribute(t, TENSOR_DTYPE)) == NULL) goto done;
     if (f->stats == NULL) {
         f->stats = scan_tensor(self, t, dtype, f->shape, stride, &data_ptr, numel);
         if (f->stats == NULL) {
@@ -238,15 +238,16 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
     if (!is_plain_tensor(self, t)) return 0;
     f->key = PyLong_FromVoidPtr(t);
     if (f->key == NULL) return -1;
-    int failed = 0;
-    f->version = long_attr(t, s_version, &failed);
-    if (failed) { /* an inference tensor keeps no version counter: the Python path knows it */
+    PyObject *version = tensor_attribute(t, TENSOR_VERSION);
+    f->version = version != NULL ? PyLong_AsLongLong(version) : -1;
+    Py_XDECREF(version);
+    if (f->version == -1 && PyErr_Occurred()) { /* an inference tensor keeps no version counter: the Python path knows it */
         PyErr_Clear();
         return 0;
     }
-    f->shape = PyObject_GetAttr(t, s_shape);
+    f->shape = tensor_attribute(t, TENSOR_SHAPE);
     if (f->shape == NULL) return -1;
-    PyObject *rg = PyObject_GetAttr(t, s_requires_grad);
+    PyObject *rg = tensor_attribute(t, TENSOR_REQUIRES_GRAD);
     if (rg == NULL) return -1;
     f->requires_grad = rg == Py_True;
     Py_DECREF(rg);
@@ -313,11 +314,11 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
 
 /* Phase 2 for one distinct tensor with a new state: its row, its entry. */
 int write_state(OpRecorder *self, Facts *f, long long seq) {
-    long long tensor_id = take_counter(self->registry, s_next_tensor_id);
+    long long tensor_id = counter_take(self->tensor_ids);
     if (tensor_id < 0) return -1;
     long long uid;
     if (f->entry == NULL) {
-        uid = take_counter(self->registry, s_next_uid);
+        uid = counter_take(self->uids);
         if (uid < 0) return -1;
     } else {
         uid = PyLong_AsLongLong(PyList_GET_ITEM(f->entry, 0));

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from capture.counters import new_counter
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from capture.modules import ModuleCatalog
@@ -61,7 +63,8 @@ class RecordingContext:
     # What the record being written is about (an op or a module), for failure reports.
     current_record: str = ""
     lock: threading.RLock = field(default_factory=threading.RLock)
-    seq: int = 0
+    # The next record's seq (`seq` reads and sets it), a counter the compiled record advances in C.
+    seq_counter: object = field(default_factory=new_counter)
     steps_recorded: set = field(default_factory=set)
     main_thread: int = field(default_factory=threading.get_ident)
     _threads: dict = field(default_factory=dict)
@@ -77,14 +80,21 @@ class RecordingContext:
     _active_stateful: list = field(default_factory=list)  # (module_id, module) of active neurons
 
     # -- ordering, threads, scopes ------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        return self.seq_counter.value
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self.seq_counter.value = value
+
     def take_seq(self) -> int:
-        seq = self.seq
-        self.seq = seq + 1
+        seq = self.seq_counter.take()
         self.steps_recorded.add(self.step_index)
         return seq
 
     def peek_seq(self) -> int:
-        return self.seq
+        return self.seq_counter.value
 
     def thread_index(self) -> int:
         ident = threading.get_ident()

@@ -83,6 +83,7 @@ def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_ap
         snapshot_memories=context.snapshot_memories, event_seqs=events["seq"], maybe_flush=context.writer.maybe_flush,
         flush_rows=context.writer.flush_rows, interned_kwargs=arguments._interned_kwargs,
         kwargs_json=arguments.kwargs_json, kwarg_types=tuple(arguments._TAGGED_TYPES),
+        seq_counter=context.seq_counter, tensor_ids=registry.tensor_ids, uids=registry.uids,
     )
     # Every described tensor's weakref callback, the Python path's too: the same rows, in C.
     registry._freed = recorder.freed

@@ -29,6 +29,7 @@ from typing import Callable
 
 import torch
 
+from capture.counters import new_counter
 from capture.table_buffer import TableBuffer
 from capture.value_counts import immediate_stats, python_stats  # module globals: tests inject failures here
 
@@ -146,8 +147,9 @@ class TensorRegistry:
         # (row number since the buffer began, stats) to fill at flush: a row appended while a
         # flush writes stays buffered, so its index shifts by what the flush drops (rows.dropped)
         self.pending: list[tuple[int, PendingStats]] = []
-        self.next_uid = 0
-        self.next_tensor_id = 0
+        # The next uid and tensor id to give (counters the compiled record advances in C).
+        self.uids = new_counter()
+        self.tensor_ids = new_counter()
         # id(weakref) -> (id(tensor), uid). Keyed by the weakref's id, not the weakref: hashing
         # a weakref hashes its tensor, and Tensor.__hash__ is Python code (a frame per described
         # tensor). The id is the weakref's alone while its entry lives: the entry holds it, and
@@ -217,11 +219,9 @@ class TensorRegistry:
                 stats = known_stats
             else:
                 stats = self._statistics(t, seq)
-        tensor_id = self.next_tensor_id
-        self.next_tensor_id += 1  # a failure below leaves a gap in the ids, never a reused one
+        tensor_id = self.tensor_ids.take()  # a failure below leaves a gap in the ids, never a reused one
         if entry is None:
-            uid = self.next_uid
-            self.next_uid += 1
+            uid = self.uids.take()
         else:
             uid = entry[0]
         self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
