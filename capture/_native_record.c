@@ -116,18 +116,30 @@ done:
  * active (RecordingContext.snapshot_memories, called only when it has anything to look at),
  * and the writer's flush check. */
 static int after_event(OpRecorder *self, long long seq) {
-    PyObject *tracker = PyObject_GetAttr(self->context, s_tracker); /* built after this object */
-    PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
-    PyObject *seen = generation ? PyObject_GetAttr(self->context, s_stateful_generation) : NULL;
-    int look = seen ? PyObject_RichCompareBool(generation, seen, Py_NE) : -1; /* active modules changed */
-    if (look == 1) { /* their list rebuilt here, where it can be: Python then looks only at changed memories */
-        int rebuilt = refresh_active_stateful(self, tracker, generation);
-        look = rebuilt < 0 ? -1 : rebuilt == 0;
+    /* The generation event_context read for this event: while it is the very object the held
+     * list was read under, the active neurons are that list (most ops). */
+    PyObject *generation = self->scope_generation, *active;
+    int look = 0;
+    if (generation != NULL && generation == self->stateful_seen) {
+        active = Py_NewRef(self->stateful_list);
+    } else {
+        PyObject *tracker = PyObject_GetAttr(self->context, s_tracker); /* built after this object */
+        generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
+        PyObject *seen = generation ? PyObject_GetAttr(self->context, s_stateful_generation) : NULL;
+        look = seen ? PyObject_RichCompareBool(generation, seen, Py_NE) : -1; /* active modules changed */
+        if (look == 1) { /* their list rebuilt here, where it can be: Python then looks only at changed memories */
+            int rebuilt = refresh_active_stateful(self, tracker, generation);
+            look = rebuilt < 0 ? -1 : rebuilt == 0;
+        }
+        Py_XDECREF(seen);
+        Py_XDECREF(tracker);
+        active = look < 0 ? NULL : PyObject_GetAttr(self->context, s_active_stateful);
+        if (active != NULL && look == 0 && PyList_CheckExact(active)) { /* the list of this generation */
+            Py_XSETREF(self->stateful_seen, Py_NewRef(generation));
+            Py_XSETREF(self->stateful_list, Py_NewRef(active));
+        }
+        Py_XDECREF(generation);
     }
-    Py_XDECREF(seen);
-    Py_XDECREF(generation);
-    Py_XDECREF(tracker);
-    PyObject *active = look < 0 ? NULL : PyObject_GetAttr(self->context, s_active_stateful);
     if (active == NULL) return -1;
     if (look == 0 && (!PyList_CheckExact(active) || PyList_GET_SIZE(active) > 0)) {
         int unchanged = PyList_CheckExact(active) ? memories_unchanged(self, active) : 0;
@@ -511,6 +523,8 @@ static int OpRecorder_traverse(OpRecorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->context_key);
     Py_VISIT(self->stage_tuple);
     Py_VISIT(self->where_tuple);
+    Py_VISIT(self->stateful_seen);
+    Py_VISIT(self->stateful_list);
     Py_VISIT(self->thread_value);
     Py_VISIT(self->scope_generation);
     Py_VISIT(self->scope_value);
@@ -525,6 +539,8 @@ static int OpRecorder_clear(OpRecorder *self) {
     Py_CLEAR(self->context_key);
     Py_CLEAR(self->stage_tuple);
     Py_CLEAR(self->where_tuple);
+    Py_CLEAR(self->stateful_seen);
+    Py_CLEAR(self->stateful_list);
     Py_CLEAR(self->thread_value);
     Py_CLEAR(self->scope_generation);
     Py_CLEAR(self->scope_value);

@@ -42,6 +42,9 @@ typedef struct {
     PyObject *level; /* 2 full (every state), 1 synaptic (wanted operands only), 0 none */
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
     PyObject *context_key, *stage_tuple, *where_tuple; /* the last event's context key and its two tuples */
+    /* The tracker generation (the object event_context last read) whose active stateful neurons
+     * are the list held, the context's _active_stateful as read then: read once per change. */
+    PyObject *stateful_seen, *stateful_list;
     long long recorded; /* events this object recorded (the rest went to the Python path) */
     long long hooks_recorded; /* module_events rows it wrote (capture/_native_hooks.c) */
     unsigned long thread_ident;           /* the thread whose index is cached */
