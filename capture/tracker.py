@@ -61,6 +61,9 @@ except ImportError:  # a torch without it (or the check below): every hold takes
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
 SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None and hasattr(torch._C, "_will_engine_execute_node")
+# A hold on a tensor whose last hook is ours joins that hook (ScopeTracker._open_bundle);
+# tests turn this off to compare the two.
+MERGED_HOLDS = True
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
@@ -141,6 +144,7 @@ class ScopeTracker(ModuleTracker):
         # Multi-grad hooks: [handle, fired] of this step, and those of the last step still waiting.
         self._step_hooks: list[list] = []
         self._waiting_hooks: list[list] = []
+        self._steps_ended = 0  # a hook joins bodies of its own step only
         # Recomputation (module docstring): the scope each module was last called under in
         # forward, how deep the recomputation is, and the backward state it interrupted.
         self._forward_scopes: dict[torch.nn.Module, tuple[frozenset, frozenset]] = {}
@@ -155,32 +159,63 @@ class ScopeTracker(ModuleTracker):
 
     def _hold(self, tensors: list[torch.Tensor], body: Callable[[list], None], name: str) -> None:
         entry = [None, False]
-
-        def grad_hook(grads) -> None:
-            entry[1] = True
-            try:
-                body(grads)
-            except Exception as exc:  # noqa: BLE001 - capture/failures.py
-                self.on_failure("grad_hook", name, exc)
-
         if len(tensors) == 1 and SINGLE_TENSOR_HOOKS:
-            # One tensor (most modules' input or output): what register_multi_grad_hook does
-            # for it, without its per-call bookkeeping (measured: 31 -> 14 us a hold, a
-            # quarter of a module hook): the tensor's own hook, called with [grad]. A
-            # multi-grad hook of one tensor waits for no other; its one remaining condition,
-            # that the engine runs the tensor's node in this backward, is checked the same way
-            # (tests/test_scopes.py found no case where it differs, but it costs one C call).
-            node = _get_grad_fn_or_grad_acc(tensors[0])
-            will_execute = torch._C._will_engine_execute_node
-
-            def single_grad_hook(grad) -> None:
-                if will_execute(node):
-                    grad_hook([grad])
-
-            entry[0] = tensors[0].register_hook(single_grad_hook)
+            owner = self._open_hook(tensors[0]) if MERGED_HOLDS else None
+            if owner is not None:
+                # Our hook is the tensor's last and has not fired: this body, which its own hook
+                # would have run right after that one, runs there (measured: a hold on the
+                # Spikformer 13 us, and 58 of its 101 holds a step land on a held tensor).
+                _, _, bundle, entry[0] = owner
+                bundle.append((entry, body, name))
+            else:
+                entry[0] = self._hook_one(tensors[0], [(entry, body, name)])
         else:
+            def grad_hook(grads) -> None:
+                entry[1] = True
+                try:
+                    body(grads)
+                except Exception as exc:  # noqa: BLE001 - capture/failures.py
+                    self.on_failure("grad_hook", name, exc)
+
             entry[0] = register_multi_grad_hook(tensors, grad_hook)
         self._step_hooks.append(entry)
+
+    def _hook_one(self, tensor: torch.Tensor, bundle: list):
+        """One tensor (most modules' input or output) held by its own hook, which runs the
+        bodies of `bundle` in order: what register_multi_grad_hook does for one tensor,
+        without its per-call bookkeeping (measured: 31 -> 14 us a hold, a quarter of a module
+        hook). A multi-grad hook of one tensor waits for no other; its one remaining condition,
+        that the engine runs the tensor's node in this backward, is checked the same way
+        (tests/test_scopes.py found no case where it differs, but it costs one C call)."""
+        node = _get_grad_fn_or_grad_acc(tensor)
+        will_execute = torch._C._will_engine_execute_node
+
+        def single_grad_hook(grad) -> None:
+            if will_execute(node):
+                for entry, body, name in bundle:
+                    entry[1] = True
+                    try:
+                        body([grad])
+                    except Exception as exc:  # noqa: BLE001 - capture/failures.py
+                        self.on_failure("grad_hook", name, exc)
+
+        handle = tensor.register_hook(single_grad_hook)
+        single_grad_hook.spiketrace_owner = (self, self._steps_ended, bundle, handle)
+        return handle
+
+    def _open_hook(self, tensor: torch.Tensor) -> tuple | None:
+        """(tracker, step, bodies, handle) of our hook on `tensor` where a new body may join it:
+        the hook is the last the tensor's hooks run (nothing registered since, so the order
+        stays), this tracker's, of this step (end_step releases it with its step) and not fired.
+        Never a leaf's: its grad accumulator is found through a view_as that each hold runs, as
+        SpikingJelly's multi-grad hook does, and the trace records that op every time."""
+        hooks = tensor._backward_hooks
+        if not hooks or tensor.grad_fn is None:
+            return None
+        owner = getattr(next(reversed(hooks.values())), "spiketrace_owner", None)
+        if owner is None or owner[0] is not self or owner[1] != self._steps_ended:
+            return None
+        return None if any(entry[1] for entry, _, _ in owner[2]) else owner
 
     def end_step(self) -> None:
         """Release the hooks whose backward ran, and those that waited a whole step in vain."""
@@ -193,6 +228,7 @@ class ScopeTracker(ModuleTracker):
             else:
                 waiting.append(entry)
         self._waiting_hooks, self._step_hooks = waiting, []
+        self._steps_ended += 1
 
     def _release_fired(self) -> None:
         kept = []

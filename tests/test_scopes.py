@@ -168,16 +168,17 @@ def _backward_variant_run(recorder, model, x, variant):
             out.backward()
 
 
-def _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe=None):
+def _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe=None, merged_holds=True):
     from torch import nn
 
     from capture import tracker as capture_tracker
 
     monkeypatch.setattr(capture_tracker, "SINGLE_TENSOR_HOOKS", single_tensor_hooks)
+    monkeypatch.setattr(capture_tracker, "MERGED_HOLDS", merged_holds)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
     x = torch.rand(4, 6, requires_grad=variant in ("leaf_input", "inputs_of_the_leaf_input"))
-    path = tmp_path / f"trace-{single_tensor_hooks}"
+    path = tmp_path / f"trace-{single_tensor_hooks}-{merged_holds}"
     recorder = Recorder(path, model=model)
     if probe is None:
         with recorder:
@@ -220,6 +221,27 @@ def test_a_single_tensor_hook_records_what_the_multi_grad_hook_records(tmp_path,
     own = _variant_trace(tmp_path, monkeypatch, variant, True)
     multi = _variant_trace(tmp_path, monkeypatch, variant, False)
     assert own[1:] == multi[1:]
+
+
+@pytest.mark.parametrize("variant", ["whole", "inputs_of_the_last_layer", "retain_graph_twice", "leaf_input"])
+def test_holds_on_one_tensor_share_its_hook_and_record_what_one_hook_each_records(tmp_path, monkeypatch, variant):
+    # Sequential(Linear, Tanh, Linear): a hold on each output (3 layers and the Sequential) and
+    # on each input that requires grad (Tanh's and the last Linear's; the leaf input's, twice,
+    # where it requires grad). Tanh's input is the first Linear's output, the last Linear's
+    # input Tanh's output, the Sequential's output the last Linear's: 3 holds join a hook
+    # already there. A leaf input's two holds never share one (each finds its grad accumulator
+    # through a view_as the trace records). Joined or not, the same events, scopes and hooks.
+    from capture.tracker import ScopeTracker
+
+    hooks = []
+    one = ScopeTracker._hook_one
+    monkeypatch.setattr(ScopeTracker, "_hook_one", lambda self, *a: hooks.append(1) or one(self, *a))
+    joined = _variant_trace(tmp_path, monkeypatch, variant, True)
+    hooks_joined, hooks[:] = len(hooks), []
+    separate = _variant_trace(tmp_path, monkeypatch, variant, True, merged_holds=False)
+    assert joined[1:] == separate[1:]
+    holds = 8 if variant == "leaf_input" else 6
+    assert (hooks_joined, len(hooks)) == (holds - 3, holds)
 
 
 def test_hook_tensors_come_in_tree_flatten_order_whatever_the_container():
