@@ -61,7 +61,7 @@ except ImportError:  # a torch without it (or the check below): every hold takes
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
 SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None and hasattr(torch._C, "_will_engine_execute_node")
-# A hold on a tensor whose last hook is ours joins that hook (ScopeTracker._open_bundle);
+# A hold on a tensor whose last hook is ours joins that hook (ScopeTracker._open_hook);
 # tests turn this off to compare the two.
 MERGED_HOLDS = True
 
@@ -208,9 +208,12 @@ class ScopeTracker(ModuleTracker):
         the hook is the last the tensor's hooks run (nothing registered since, so the order
         stays), this tracker's, of this step (end_step releases it with its step) and not fired.
         Never a leaf's: its grad accumulator is found through a view_as that each hold runs, as
-        SpikingJelly's multi-grad hook does, and the trace records that op every time."""
+        SpikingJelly's multi-grad hook does, and the trace records that op every time. Plain
+        tensors only: a subclass's attributes may go through its __torch_function__."""
+        if type(tensor) is not torch.Tensor or tensor.grad_fn is None:
+            return None
         hooks = tensor._backward_hooks
-        if not hooks or tensor.grad_fn is None:
+        if not hooks:
             return None
         owner = getattr(next(reversed(hooks.values())), "spiketrace_owner", None)
         if owner is None or owner[0] is not self or owner[1] != self._steps_ended:
