@@ -273,8 +273,7 @@ class OpLog:
     def record_in_python(self, plan: OpPlan, func, args, kwargs, out) -> None:
         context = self.context
         registry = context.registry
-        seq = context.seq_counter.take()
-        context.steps_recorded.add(context.step_index)
+        seq = context.take_seq()
         name = context.current_record = plan.name
         args_json, kwargs_json, out_json, tensors = encode_call(args, kwargs, out, self._intern)
 
