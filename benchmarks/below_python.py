@@ -19,9 +19,9 @@ module hooks), and measures, on the same training step:
    saw add (160 of them a Spikformer step). SpikingJelly's numbers are taken under its own
    dispatch mode, and ours must equal them: only a mode sees the run they count.
 2. The cost: the median paired ratio to the adjacent plain step of a bare pass-through mode
-   and of the observer (alternating, as benchmarks/capture_overhead.py samples). The observer
-   is no cheaper: torch boxes the inputs and outputs of every dispatcher call for it, the
-   calls inside kernels included, before it can pass over them.
+   and of the observer, sampled as benchmarks/capture_overhead.py samples (paired_samples).
+   The observer is no cheaper: torch boxes the inputs and outputs of every dispatcher call
+   for it, the calls inside kernels included, before it can pass over them.
 """
 
 from __future__ import annotations
@@ -29,11 +29,8 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import gc
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -41,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import PassThrough  # noqa: E402
+from benchmarks.capture_overhead import PassThrough, paired_samples  # noqa: E402
 from benchmarks.workloads import make, train_step  # noqa: E402
 
 OBSERVER_SOURCE = Path(__file__).resolve().parent / "cpp" / "record_function_observer.cpp"
@@ -95,21 +92,8 @@ def paired_ratios(observer, workload, rounds: int, steps: int) -> dict[str, floa
         def __exit__(self, *exc):
             observer.stop()
 
-    plain = steps_of(contextlib.nullcontext)
     variants = {"pass-through mode": steps_of(PassThrough), "RecordFunction observer": steps_of(Observed)}
-    ratios: dict[str, list[float]] = {name: [] for name in variants}
-    for round_index in range(rounds + 1):
-        for name, variant in variants.items():
-            order = (plain, variant) if round_index % 2 else (variant, plain)
-            times = {}
-            for fn in order:
-                gc.collect()
-                start = time.perf_counter()
-                fn()
-                times[fn] = time.perf_counter() - start
-            if round_index:  # the first round warms both up
-                ratios[name].append(times[variant] / times[plain])
-    return {name: statistics.median(values) for name, values in ratios.items()}
+    return paired_samples(steps_of(contextlib.nullcontext), variants, rounds, 1, steps)["ratio"]
 
 
 def main() -> None:

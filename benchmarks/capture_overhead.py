@@ -167,6 +167,12 @@ def timed(fn, steps: int) -> float:
 
 def overhead(name: str, rounds: int, warmup: int, steps: int, scratch: Path) -> dict:
     plain, variants = make_variants(make(name), steps, scratch)
+    return paired_samples(plain, variants, rounds, warmup, steps)
+
+
+def paired_samples(plain, variants: dict, rounds: int, warmup: int, steps: int) -> dict:
+    """Each variant sampled beside a plain sample (alternating which runs first, rotating the
+    variants' order, `warmup` rounds dropped): median ms per step and median paired ratio."""
     times = {"plain": []} | {v: [] for v in variants}
     ratios = {v: [] for v in variants}
     names = list(variants)
