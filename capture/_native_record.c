@@ -28,7 +28,7 @@
 #include "_native.h"
 
 PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
-    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_steps_recorded, *s_step_index,
+    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_untyped_storage, *s_nbytes, *s_steps_recorded, *s_step_index,
     *s_current_record, *s_current_stage, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
     *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;
@@ -600,7 +600,8 @@ int native_add_record_type(PyObject *module) {
         {&s_version, "_version"}, {&s_shape, "shape"}, {&s_requires_grad, "requires_grad"}, {&s_dtype, "dtype"},
         {&s_device, "device"}, {&s_layout, "layout"}, {&s_is_meta, "is_meta"}, {&s_is_neg, "is_neg"},
         {&s_is_cpu, "is_cpu"}, {&s_storage_offset, "storage_offset"}, {&s_stride, "stride"},
-        {&s_data_ptr, "data_ptr"}, {&s_steps_recorded, "steps_recorded"},
+        {&s_data_ptr, "data_ptr"}, {&s_untyped_storage, "untyped_storage"}, {&s_nbytes, "nbytes"},
+        {&s_steps_recorded, "steps_recorded"},
         {&s_step_index, "step_index"}, {&s_current_record, "current_record"}, {&s_current_stage, "current_stage"},
         {&s_stage_id, "stage_id"},
         {&s_name, "name"}, {&s_phase, "phase"}, {&s_unlabeled, "unlabeled"}, {&s_empty_kwargs, "{}"},

@@ -58,7 +58,7 @@ typedef struct {
 
 /* Attribute and method names, interned once (native_add_record_type). */
 extern PyObject *s_version, *s_shape, *s_requires_grad, *s_dtype, *s_device, *s_layout, *s_is_meta, *s_is_neg,
-    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_steps_recorded, *s_step_index,
+    *s_is_cpu, *s_storage_offset, *s_stride, *s_data_ptr, *s_untyped_storage, *s_nbytes, *s_steps_recorded, *s_step_index,
     *s_current_record, *s_current_stage, *s_stage_id, *s_name, *s_phase,
     *s_unlabeled, *s_empty_kwargs, *s_written_positions, *s_generation, *s_tracker, *s_stateful_generation, *s_active_stateful,
     *s_memory_snapshots, *s_memories, *s_catalog, *s_ids, *s_stateful, *s_active_modules;

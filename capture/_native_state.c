@@ -14,10 +14,43 @@ void clear_facts(Facts *f, int n) {
     }
 }
 
+/* Whether t's storage holds every element t views now: allocated, and at least
+ * (offset + the last element's index + 1) elements long. A storage can be freed or shrunk
+ * under a live tensor (FSDP frees resharded parameters with untyped_storage().resize_(0)), and
+ * its data_ptr then points at nothing or at fewer bytes than the view spans. 1 yes, 0 no
+ * (the Python path then leaves the statistics null), -1 error. */
+static int storage_holds(PyObject *t, long long offset, const int64_t *sizes, const int64_t *steps,
+                         Py_ssize_t ndim, long long element_size) {
+    int64_t last = offset;
+    for (Py_ssize_t d = 0; d < ndim; d++) {
+        if (sizes[d] <= 0) return 1; /* nothing to read */
+        if (steps[d] < 0) return 0;
+        last += (sizes[d] - 1) * steps[d];
+    }
+    PyObject *storage = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+    if (storage == NULL) {
+        PyErr_Clear(); /* no storage to read (the Python path decides) */
+        return 0;
+    }
+    PyObject *address = PyObject_CallMethodNoArgs(storage, s_data_ptr);
+    PyObject *nbytes = address ? PyObject_CallMethodNoArgs(storage, s_nbytes) : NULL;
+    Py_DECREF(storage);
+    if (nbytes == NULL) {
+        Py_XDECREF(address);
+        return -1;
+    }
+    long long base = PyLong_AsLongLong(address), bytes = PyLong_AsLongLong(nbytes);
+    Py_DECREF(address);
+    Py_DECREF(nbytes);
+    if (PyErr_Occurred()) return -1;
+    return base != 0 && last >= 0 && (last + 1) * element_size <= bytes;
+}
+
 /* The statistics of a new state, (nnz, is01), read now from its memory; NULL with no error
- * where the Python path must take them (not a plain CPU strided tensor of a known format). */
+ * where the Python path must take them (not a plain CPU strided tensor of a known format, or
+ * one whose storage does not hold what it views). */
 static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *shape, PyObject *stride,
-                             long long *data_ptr, int64_t numel) {
+                             long long offset, long long *data_ptr, int64_t numel) {
     PyObject *format = PyDict_GetItemWithError(self->bit_formats, dtype);
     if (format == NULL) return NULL;
     PyObject *neg = PyObject_CallMethodNoArgs(t, s_is_neg);
@@ -35,6 +68,9 @@ static PyObject *scan_tensor(OpRecorder *self, PyObject *t, PyObject *dtype, PyO
             steps[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
         }
         if (PyErr_Occurred()) return NULL;
+        long long element_size = PyLong_AsLongLong(PyTuple_GET_ITEM(format, 0));
+        int holds = element_size > 0 ? storage_holds(t, offset, sizes, steps, ndim, element_size) : 0;
+        if (holds <= 0) return NULL;
         if (native_scan_counts((uintptr_t)*data_ptr, PyLong_AsLongLong(PyTuple_GET_ITEM(format, 0)),
                                PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(format, 1)),
                                PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(format, 2)),
@@ -180,7 +216,7 @@ static int new_state(OpRecorder *self, Facts *f) {
     }
     if ((dtype = tensor_attribute(t, TENSOR_DTYPE)) == NULL) goto done;
     if (f->stats == NULL) {
-        f->stats = scan_tensor(self, t, dtype, f->shape, stride, &data_ptr, numel);
+        f->stats = scan_tensor(self, t, dtype, f->shape, stride, offset, &data_ptr, numel);
         if (f->stats == NULL) {
             result = PyErr_Occurred() ? -1 : 0;
             goto done;

@@ -75,12 +75,22 @@ _FORM = ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", 
 
 
 def has_values(t: torch.Tensor) -> bool:
-    """The tensor's storage is allocated (FSDP2 frees a parameter's storage with resize_(0),
-    and sizes storages it allocates later, while tensors keep viewing them)."""
+    """The tensor's storage holds every element it views now: allocated, and long enough for
+    its offset and extent. FSDP2 frees a parameter's storage with resize_(0) and sizes storages
+    it allocates later, and a user may shrink one, while tensors keep viewing them; reading
+    such a tensor reads memory the capture does not own. (capture/_native_state.c's
+    storage_holds is the compiled record's same check.)"""
     try:
+        if t.numel() == 0:
+            return True
+        last = t.storage_offset()
+        for size, step in zip(t.shape, t.stride()):
+            if step < 0:
+                return False
+            last += (size - 1) * step
         storage = t.untyped_storage()
-        return bool(storage.data_ptr()) and storage.nbytes() > 0 or t.numel() == 0
-    except (RuntimeError, NotImplementedError):  # no storage to read
+        return bool(storage.data_ptr()) and (last + 1) * t.element_size() <= storage.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):  # no storage to read (sparse, nested, ...)
         return False
 
 

@@ -24,8 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).with_name("programs")
 
 
-def run(name: str, out: Path, trace: Path | None, timeout: float = 180) -> tuple[subprocess.CompletedProcess, dict]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPIKETRACE_GUEST_OUT": str(out)}
+def run(name: str, out: Path, trace: Path | None, timeout: float = 180,
+        env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPIKETRACE_GUEST_OUT": str(out), **(env or {})}
     env.pop("SPIKETRACE_GUEST_TRACE", None)
     if trace is not None:
         env["SPIKETRACE_GUEST_TRACE"] = str(trace)
@@ -75,10 +76,12 @@ def check_trace(trace: Path, *, counts: bool = True) -> dict:
     return manifest
 
 
-def compare(name: str, tmp_path: Path, *, counts: bool = True) -> tuple[dict, str]:
-    plain, plain_seen = run(name, tmp_path / "plain.pkl", None)
+def compare(name: str, tmp_path: Path, *, counts: bool = True, env: dict | None = None) -> tuple[dict, str]:
+    """`env`: extra environment of both runs (e.g. SPIKETRACE_SLOW_PATHS=all for the Python
+    record path)."""
+    plain, plain_seen = run(name, tmp_path / "plain.pkl", None, env=env)
     trace = tmp_path / "trace"
-    captured, captured_seen = run(name, tmp_path / "captured.pkl", trace)
+    captured, captured_seen = run(name, tmp_path / "captured.pkl", trace, env=env)
     assert plain.returncode >= 0, f"the plain run died of signal {-plain.returncode}: {plain.stderr[-2000:]}"
     assert captured.returncode >= 0, f"the captured run died of signal {-captured.returncode}: {captured.stderr[-2000:]}"
     assert captured.returncode == plain.returncode, (plain.stderr[-2000:], captured.stderr[-2000:])
