@@ -45,10 +45,11 @@ its own, whose hooks are registered as in forward.
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Callable
 
 import torch
-from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
@@ -64,6 +65,66 @@ SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None and hasattr(torch._C,
 # A hold on a tensor whose last hook is ours joins that hook (ScopeTracker._open_hook);
 # tests turn this off to compare the two.
 MERGED_HOLDS = True
+
+def will_execute(node) -> bool | None:
+    """Whether autograd's engine runs `node` in the current backward; None where it cannot
+    say: a leaf's gradient accumulator inside torch.autograd.grad (which never runs it, but
+    captures the leaf's gradient when the leaf is one of grad's inputs), where torch's own
+    check raises ("A leaf node was passed to _will_engine_execute_node") and, inside a hook,
+    would abort the user's gradient penalty or saliency map."""
+    try:
+        return torch._C._will_engine_execute_node(node)
+    except RuntimeError:
+        return None
+
+
+class _Handles:
+    """The handles of one multi-tensor hold, removed together."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def multi_grad_hook(tensors: list[torch.Tensor], fn: Callable[[list], None]) -> _Handles:
+    """torch.autograd.graph.register_multi_grad_hook(tensors, fn) in its "all" mode: fn(grads)
+    once per backward, when every tensor whose node the engine runs has its gradient. One
+    difference: a leaf inside torch.autograd.grad, whose node the engine cannot be asked about
+    (will_execute is None), is not waited for, and fn runs once the nodes that do run
+    reported, or at the first gradient if none is known to run; it never runs twice in one
+    backward. torch's own raises there, into the user's autograd.grad."""
+    nodes = [_get_grad_fn_or_grad_acc(t) if _get_grad_fn_or_grad_acc is not None else None for t in tensors]
+    tasks: dict[int, list] = {}  # graph task id -> [gradients seen, gradients expected, gradients]
+    lock = threading.Lock()
+
+    def hook_of(index: int):
+        def inner_hook(grad) -> None:
+            task = torch._C._current_graph_task_id()
+            with lock:
+                state = tasks.get(task)
+                if state is None:
+                    expected = sum(1 for node in nodes if node is None or will_execute(node))
+                    state = tasks[task] = [0, max(expected, 1), [None] * len(tensors)]
+                grads = state[2]
+                if grads is None:  # fn ran in this backward already
+                    return
+                grads[index] = grad
+                state[0] += 1
+                ready = state[0] == state[1]
+                if ready:
+                    state[2] = None
+            if ready:
+                fn(grads)
+
+        return inner_hook
+
+    return _Handles(tuple(t.register_hook(hook_of(i)) for i, t in enumerate(tensors)))
+
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
@@ -117,6 +178,28 @@ def in_recomputation(grad_enabled: bool) -> bool:
     return node is not None and type(node).__name__ == "CheckpointFunctionBackward"
 
 
+# With any global module hook in torch, a module call takes torch's hooked path: four Python
+# frames a nesting level instead of three. A model nested as deep as the plain run allows
+# would then raise RecursionError under capture; while the hooks are in, the recursion limit
+# grows by that third, plus room for the hooks' own frames at the deepest call.
+HOOKED_FRAMES, PLAIN_FRAMES, HOOK_FRAMES = 4, 3, 100
+
+
+def deeper_recursion() -> tuple[int, int]:
+    """Raise the recursion limit for the hooked path; (the limit before, the limit set)."""
+    before = sys.getrecursionlimit()
+    deeper = before * HOOKED_FRAMES // PLAIN_FRAMES + HOOK_FRAMES
+    sys.setrecursionlimit(deeper)
+    return before, deeper
+
+
+def restore_recursion(limits: tuple[int, int]) -> None:
+    """Put the limit back, unless the user changed it meanwhile (theirs then stays)."""
+    before, deeper = limits
+    if sys.getrecursionlimit() == deeper:
+        sys.setrecursionlimit(before)
+
+
 HELD_HOOKS = 20_000  # fired hooks are released early once a run without steps holds this many
 
 
@@ -151,6 +234,7 @@ class ScopeTracker(ModuleTracker):
         self.recompute_depth = 0
         self._interrupted: tuple[set, set] | None = None
         self._handles: tuple = ()
+        self._recursion_limits = (0, 0)  # deeper_recursion()'s, while the hooks are in
 
     # -- hooks held and released ------------------------------------------------------------
     @property
@@ -177,7 +261,7 @@ class ScopeTracker(ModuleTracker):
                 except Exception as exc:  # noqa: BLE001 - capture/failures.py
                     self.on_failure("grad_hook", name, exc)
 
-            entry[0] = register_multi_grad_hook(tensors, grad_hook)
+            entry[0] = multi_grad_hook(tensors, grad_hook)
         self._step_hooks.append(entry)
 
     def _hook_one(self, tensor: torch.Tensor, bundle: list):
@@ -188,10 +272,11 @@ class ScopeTracker(ModuleTracker):
         that the engine runs the tensor's node in this backward, is checked the same way
         (tests/test_scopes.py found no case where it differs, but it costs one C call)."""
         node = _get_grad_fn_or_grad_acc(tensor)
-        will_execute = torch._C._will_engine_execute_node
 
         def single_grad_hook(grad) -> None:
-            if will_execute(node):
+            # A leaf inside torch.autograd.grad (unknown: None) fires its hook only when its
+            # gradient is captured, as one of grad's inputs: it runs.
+            if will_execute(node) is not False:
                 for entry, body, name in bundle:
                     entry[1] = True
                     try:
@@ -368,11 +453,14 @@ class ScopeTracker(ModuleTracker):
                 register_module_forward_pre_hook(self._fw_pre_hook),
                 register_module_forward_hook(self._fw_post_hook, with_kwargs=True, always_call=True),
             )
+            self._recursion_limits = deeper_recursion()
 
     def pause(self) -> None:
         """Take the global module hooks out of torch; the scope state stays as it is."""
         for handle in self._handles:
             handle.remove()
+        if self._handles:
+            restore_recursion(self._recursion_limits)
         self._handles = ()
 
     def __enter__(self):
