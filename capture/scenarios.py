@@ -20,18 +20,48 @@ def call_model(model: torch.nn.Module, inputs: Any):
     return model(inputs)
 
 
+def _saved(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+
+
+def _restore_dict(target: dict, saved: dict, skip: tuple = ()) -> None:
+    """Put `target` back to `saved` in place: the same dict, its tensors copied into (where the
+    step kept their shape and dtype), keys the step added removed."""
+    for key in [key for key in target if key not in saved and key not in skip]:
+        del target[key]
+    for key, value in saved.items():
+        current = target.get(key)
+        if isinstance(value, torch.Tensor) and isinstance(current, torch.Tensor) \
+                and current.shape == value.shape and current.dtype == value.dtype:
+            with torch.no_grad():
+                current.copy_(value)
+        else:
+            target[key] = value
+
+
 def _restorer(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Callable[[], None]:
     """A function that puts the model's parameters and buffers and the optimizer's state (its
-    buffers, step counts and param_groups) back to what they are now, bit for bit."""
+    buffers, step counts and param_groups) back to what they are now, bit for bit, in place:
+    the parameter groups, state dicts and tensors the user holds stay the ones that drive the
+    optimizer (load_state_dict would replace them with new objects)."""
     tensors = [(t, t.detach().clone()) for t in (*model.parameters(), *model.buffers())]
-    state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    groups = [] if optimizer is None else \
+        [{key: _saved(value) for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    state = {} if optimizer is None else \
+        {parameter: {key: _saved(value) for key, value in entry.items()} for parameter, entry in optimizer.state.items()}
 
     def restore() -> None:
         with torch.no_grad():
             for tensor, saved in tensors:
                 tensor.copy_(saved)
-        if optimizer is not None:
-            optimizer.load_state_dict(state)
+        if optimizer is None:
+            return
+        for group, saved in zip(optimizer.param_groups, groups):
+            _restore_dict(group, saved, skip=("params",))
+        for parameter in [p for p in optimizer.state if p not in state]:
+            del optimizer.state[parameter]  # state the step made (momentum buffers, Adam's moments)
+        for parameter, saved in state.items():
+            _restore_dict(optimizer.state[parameter], saved)
 
     return restore
 
