@@ -45,8 +45,6 @@ its own, whose hooks are registered as in forward.
 
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Callable
 
 import torch
@@ -54,10 +52,9 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-try:  # the node a tensor's grad goes through (private to torch; register_multi_grad_hook's own)
-    from torch.autograd.graph import _get_grad_fn_or_grad_acc
-except ImportError:  # a torch without it (or the check below): every hold takes the multi-grad hook
-    _get_grad_fn_or_grad_acc = None
+from capture.grad_hooks import (
+    _get_grad_fn_or_grad_acc, deeper_recursion, multi_grad_hook, restore_recursion, user_functions_off, will_execute,
+)
 
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
@@ -65,66 +62,6 @@ SINGLE_TENSOR_HOOKS = _get_grad_fn_or_grad_acc is not None and hasattr(torch._C,
 # A hold on a tensor whose last hook is ours joins that hook (ScopeTracker._open_hook);
 # tests turn this off to compare the two.
 MERGED_HOLDS = True
-
-def will_execute(node) -> bool | None:
-    """Whether autograd's engine runs `node` in the current backward; None where it cannot
-    say: a leaf's gradient accumulator inside torch.autograd.grad (which never runs it, but
-    captures the leaf's gradient when the leaf is one of grad's inputs), where torch's own
-    check raises ("A leaf node was passed to _will_engine_execute_node") and, inside a hook,
-    would abort the user's gradient penalty or saliency map."""
-    try:
-        return torch._C._will_engine_execute_node(node)
-    except RuntimeError:
-        return None
-
-
-class _Handles:
-    """The handles of one multi-tensor hold, removed together."""
-
-    __slots__ = ("handles",)
-
-    def __init__(self, handles) -> None:
-        self.handles = handles
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-def multi_grad_hook(tensors: list[torch.Tensor], fn: Callable[[list], None]) -> _Handles:
-    """torch.autograd.graph.register_multi_grad_hook(tensors, fn) in its "all" mode: fn(grads)
-    once per backward, when every tensor whose node the engine runs has its gradient. One
-    difference: a leaf inside torch.autograd.grad, whose node the engine cannot be asked about
-    (will_execute is None), is not waited for, and fn runs once the nodes that do run
-    reported, or at the first gradient if none is known to run; it never runs twice in one
-    backward. torch's own raises there, into the user's autograd.grad."""
-    nodes = [_get_grad_fn_or_grad_acc(t) if _get_grad_fn_or_grad_acc is not None else None for t in tensors]
-    tasks: dict[int, list] = {}  # graph task id -> [gradients seen, gradients expected, gradients]
-    lock = threading.Lock()
-
-    def hook_of(index: int):
-        def inner_hook(grad) -> None:
-            task = torch._C._current_graph_task_id()
-            with lock:
-                state = tasks.get(task)
-                if state is None:
-                    expected = sum(1 for node in nodes if node is None or will_execute(node))
-                    state = tasks[task] = [0, max(expected, 1), [None] * len(tensors)]
-                grads = state[2]
-                if grads is None:  # fn ran in this backward already
-                    return
-                grads[index] = grad
-                state[0] += 1
-                ready = state[0] == state[1]
-                if ready:
-                    state[2] = None
-            if ready:
-                fn(grads)
-
-        return inner_hook
-
-    return _Handles(tuple(t.register_hook(hook_of(i)) for i, t in enumerate(tensors)))
-
 
 # on_event(kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index)
 ModuleEventSink = Callable[[str, torch.nn.Module, str, list, list, bool, int], None]
@@ -176,28 +113,6 @@ def in_recomputation(grad_enabled: bool) -> bool:
         return False
     node = torch._C._current_autograd_node()
     return node is not None and type(node).__name__ == "CheckpointFunctionBackward"
-
-
-# With any global module hook in torch, a module call takes torch's hooked path: four Python
-# frames a nesting level instead of three. A model nested as deep as the plain run allows
-# would then raise RecursionError under capture; while the hooks are in, the recursion limit
-# grows by that third, plus room for the hooks' own frames at the deepest call.
-HOOKED_FRAMES, PLAIN_FRAMES, HOOK_FRAMES = 4, 3, 100
-
-
-def deeper_recursion() -> tuple[int, int]:
-    """Raise the recursion limit for the hooked path; (the limit before, the limit set)."""
-    before = sys.getrecursionlimit()
-    deeper = before * HOOKED_FRAMES // PLAIN_FRAMES + HOOK_FRAMES
-    sys.setrecursionlimit(deeper)
-    return before, deeper
-
-
-def restore_recursion(limits: tuple[int, int]) -> None:
-    """Put the limit back, unless the user changed it meanwhile (theirs then stays)."""
-    before, deeper = limits
-    if sys.getrecursionlimit() == deeper:
-        sys.setrecursionlimit(before)
 
 
 HELD_HOOKS = 20_000  # fired hooks are released early once a run without steps holds this many
@@ -257,7 +172,8 @@ class ScopeTracker(ModuleTracker):
             def grad_hook(grads) -> None:
                 entry[1] = True
                 try:
-                    body(grads)
+                    with user_functions_off():
+                        body(grads)
                 except Exception as exc:  # noqa: BLE001 - capture/failures.py
                     self.on_failure("grad_hook", name, exc)
 
@@ -280,7 +196,8 @@ class ScopeTracker(ModuleTracker):
                 for entry, body, name in bundle:
                     entry[1] = True
                     try:
-                        body([grad])
+                        with user_functions_off():
+                            body([grad])
                     except Exception as exc:  # noqa: BLE001 - capture/failures.py
                         self.on_failure("grad_hook", name, exc)
 
@@ -383,7 +300,8 @@ class ScopeTracker(ModuleTracker):
     # -- global module hooks ----------------------------------------------------------------------
     def _fw_pre_hook(self, module, args) -> None:
         try:
-            self._forward_pre(module, args)
+            with user_functions_off():
+                self._forward_pre(module, args)
         except Exception as exc:  # noqa: BLE001 - capture/failures.py
             self.on_failure("module_hook", _module_name(module), exc)
 
@@ -392,7 +310,8 @@ class ScopeTracker(ModuleTracker):
         # forward raised (without kwargs, whatever the hook was registered with).
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         try:
-            self._forward_post(module, kwargs, output)
+            with user_functions_off():
+                self._forward_post(module, kwargs, output)
         except Exception as exc:  # noqa: BLE001 - capture/failures.py
             self.on_failure("module_hook", _module_name(module), exc)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-# Suites that run ordinary training scripts in subprocesses (real_jobs), seeded fuzzing and a
+# Suites that run ordinary training scripts in subprocesses (real_jobs, guest), seeded fuzzing and a
 # local Dask cluster: marked `slow`, left out of the default `pytest` run (pyproject addopts)
 # and run by the README's test command (and so by .ci/run) as a second `pytest -m slow`.
-SLOW_DIRECTORIES = ("fuzz", "real_jobs")
+SLOW_DIRECTORIES = ("fuzz", "real_jobs", "guest")
 SLOW_MODULES = ("test_dask_engine.py",)
 
 
