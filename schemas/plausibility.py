@@ -21,6 +21,13 @@ class Rule(NamedTuple):
     meaning: str
 
 
+# tensors.version of an inference tensor (torch.inference_mode keeps no version counter)
+NO_VERSION_COUNTER = -1
+# tensors.storage_ptr of a tensor with no storage: every non-strided layout (sparse COO, CSR,
+# CSC, BSR, BSC), whose row also holds an empty stride
+NO_STORAGE = -1
+
+
 def _product(shape: str) -> str:
     return f"list_reduce(list_prepend(1::BIGINT, {shape}), lambda a, b: a * b)"
 
@@ -28,7 +35,7 @@ def _product(shape: str) -> str:
 _NON_NEGATIVE = {
     "events": ["seq", "step", "scope_id", "thread"],
     "event_tensors": ["seq", "k", "tensor_id", "position", "item"],
-    "tensors": ["tensor_id", "uid", "version", "first_seq", "storage_offset", "numel", "nnz"],
+    "tensors": ["tensor_id", "uid", "first_seq", "storage_offset", "numel", "nnz"],
     "tensor_frees": ["uid", "freed_seq"],
     "op_stats": ["seq"],
     "packed_inputs": ["seq", "tensor_id", "position"],
@@ -47,7 +54,10 @@ RULES: list[Rule] = [
 ] + [
     Rule("tensors", "shape", "list_min(shape) >= 0 OR len(shape) = 0", "sizes are never negative"),
     Rule("tensors", "numel", f"numel = {_product('shape')}", "numel is the product of the shape"),
-    Rule("tensors", "stride", "len(stride) = len(shape)", "one stride per dimension"),
+    Rule("tensors", "version", f"version >= {NO_VERSION_COUNTER}",
+         f"never negative; {NO_VERSION_COUNTER} for an inference tensor (no version counter)"),
+    Rule("tensors", "stride", f"len(stride) = len(shape) OR (len(stride) = 0 AND storage_ptr = {NO_STORAGE})",
+         f"one stride per dimension; none for a non-strided layout (sparse: storage_ptr {NO_STORAGE})"),
     Rule("tensors", "element_size", "element_size IN (1, 2, 4, 8, 16)", "bytes per element of a torch dtype"),
     Rule("tensors", "nnz", "nnz <= numel", "no more nonzeros than elements"),
     Rule("event_tensors", "role", "role IN ('arg', 'kwarg', 'out')", "arg, kwarg or out"),

@@ -139,7 +139,7 @@ class _Plan:
                     table[op] = JSON_READ.sub(lambda m: names[m.group(0)], expression)
             for read, name in names.items():
                 users = sorted({op_codes[op] for t in tables for op, e in t.items() if name in columns_of(e)})
-                self.json_reads[name] = (JSON_READ.fullmatch(read).group(1), read, users)
+                self.json_reads[name] = (JSON_READ.fullmatch(read).group("source"), read, users)
         reads: dict[str, set[str]] = {}
         for table in (*self.rules.values(), *self.aborts.values()):
             for op, expression in table.items():

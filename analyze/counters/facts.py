@@ -14,8 +14,9 @@ give the same values:
   forms become integer columns computed once per tensor state (`a0_shape_i`,
   `a0_shape_prod_k`, see `compile_rule` and `shape_facts`): gathering and evaluating lists
   per event costs several times more. Any other use of `a0_shape` still gets the list column.
-* A typed read of the JSON arguments such as `json_extract(args, '$[7]')::BOOLEAN` becomes a
-  column `json_<n>` (see `JSON_READ`), evaluated once per distinct (op, string).
+* A typed read of the JSON arguments such as `json_extract(args, '$[7]')::BOOLEAN` or
+  `json_number(json_extract(kwargs, '$.alpha'))` becomes a column `json_<n>` (see
+  `JSON_READ`), evaluated once per distinct (op, string).
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ _SHAPE_DIM = re.compile(rf"\b({_SLOT_NAME})_shape\[(\d+)\]")
 _SHAPE_COLUMN = re.compile(rf"\b({_SLOT_NAME})_shape_(prod_)?(\d+)\b")
 
 
-# A typed read of the JSON args/kwargs, e.g. json_extract(args, '$[7]')::BOOLEAN: the same few
+# A typed read of the JSON args/kwargs, e.g. json_extract(args, '$[7]')::BOOLEAN or
+# json_number(json_extract(kwargs, '$.alpha')) (a DOUBLE, analyze/counters/sql.py): the same few
 # distinct strings recur in every event of an op, so gather.py evaluates such a read once per
-# distinct (op, string) of a chunk and the rule reads its column `json_<n>` instead.
-JSON_READ = re.compile(r"json_extract\((args|kwargs), '(?:[^']|'')*'\)::[A-Z]+(?:\[\])?(?![\w(\[])")
+# distinct (op, string) of a chunk and the rule reads its column `json_<n>` instead. Group
+# `source` names the JSON column read.
+JSON_READ = re.compile(r"(?P<number>json_number\()?json_extract\((?P<source>args|kwargs), '(?:[^']|'')*'\)"
+                       r"(?(number)\)|::[A-Z]+(?:\[\])?)(?![\w(\[])")
 
 
 def json_reads(expressions) -> list[str]:
