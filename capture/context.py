@@ -67,7 +67,8 @@ class RecordingContext:
     seq_counter: object = field(default_factory=new_counter)
     steps_recorded: set = field(default_factory=set)
     main_thread: int = field(default_factory=threading.get_ident)
-    _threads: dict = field(default_factory=dict)
+    _threads: dict = field(default_factory=dict)  # ident -> thread index (the events' `thread`)
+    _thread_count: int = 0  # indices given to threads other than main_thread
     _scopes: dict = field(default_factory=dict)
     _scope_generation: int = -1
     _scope_id: int = 0
@@ -100,8 +101,18 @@ class RecordingContext:
         ident = threading.get_ident()
         index = self._threads.get(ident)
         if index is None:
-            index = self._threads[ident] = 0 if ident == self.main_thread else len(self._threads) + 1
+            if ident == self.main_thread:
+                index = 0
+            else:
+                self._thread_count += 1
+                index = self._thread_count
+            self._threads[ident] = index
         return index
+
+    def new_thread(self) -> None:
+        """The calling thread has just started (capture/threads.py): its records get an index
+        of their own, even where it reuses the ident of a thread that ended. Under the lock."""
+        self._threads.pop(threading.get_ident(), None)
 
     def scope_id(self) -> int:
         """The interned (parents, active_modules) state of the tracker, written once per state."""

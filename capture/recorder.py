@@ -28,6 +28,9 @@ a phase, a path holding other data) raises at once. A failure of the capture its
 reaches the user's code: it is counted in the manifest's `degraded` list and the run goes on
 (capture/failures.py).
 
+A process forked while the context is open (os.fork, fork-started DataLoader workers) records
+nothing and leaves the trace alone; the manifest counts it (capture/forks.py).
+
 The recorder owns the parts (writer, registry, catalog, tracker, op and optimizer logs) and
 hands them the state they share as one RecordingContext (capture/context.py).
 """
@@ -54,9 +57,10 @@ from capture.process_facts import device_of, rank_and_world
 from capture.optimizers import OptimizerLog
 from capture.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from capture.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
-from capture import native
+from capture import forks, native
 from capture.fast_paths import enabled_fast_paths
 from capture.tensors import TensorRegistry
+from capture.threads import ThreadHook
 from schemas.statistics_levels import level_of
 from capture.tracker import ScopeTracker
 from capture.writer import TraceWriter
@@ -191,6 +195,7 @@ class Recorder:
         )
         tables = self.writer.tables
         self.writer.manifest["tracker_underflows"] = []
+        self.writer.manifest["forked_children"] = 0  # processes forked while open (capture/forks.py)
         self._underflows = {}
         self.compiled = CompileWatch(
             self.writer.manifest, self.path, lambda site, what, exc: self.writer.failures.report(site, what, exc)
@@ -225,15 +230,20 @@ class Recorder:
             lambda site, what, exc: context.report_failure(site, what, exc, context.seq),
         )
         self.mode = RecordingMode(context, self.ops)
+        # Threads started from now on record with a mode of their own (capture/threads.py).
+        self.threads = ThreadHook(context, lambda: RecordingMode(context, self.ops), self.writer.manifest)
         for optimizer in self.optimizers:
             self.optimizer_log.bind(optimizer)
+        forks.watch(self)  # a process forked from now on records nothing, writes nothing
         self.active = True
+        self.threads.start()
         self._action = step_action(self.schedule, 0)
         self._apply_action()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.active = False
+        forks.forget(self)
         self.context.recording = False
         try:
             if self._installed:
@@ -241,13 +251,15 @@ class Recorder:
                 self.mode.__exit__(None, None, None)
         finally:
             self._installed = False
+            self.threads.stop()  # other threads' modes pass ops through; a record being written is done
             self.tracker.__exit__()  # its hooks out of torch, every grad hook released
             self.optimizer_log.unbind()
             if self.model is not None and _BOUND_MODELS.get(self.model) is self:
                 del _BOUND_MODELS[self.model]
             if exc_type is not None:
                 self.writer.manifest["error"] = f"{exc_type.__name__}: {exc}"
-            self.writer.close("complete" if exc_type is None else "failed")  # never raises
+            with self.context.lock:  # a worker that saw `recording` on before it went off records after, not during
+                self.writer.close("complete" if exc_type is None else "failed")  # never raises
             native.restore_scans(self._scans_before)
             self._scans_before = None
         if exc_type is None and self._unreported and self.on_trace_ready is not None:
@@ -262,6 +274,16 @@ class Recorder:
         self.context.recording = (
             self.active and not self._suspended and self._action in RECORDED and not self.writer.failed
         )
+
+    def _inherited_by_fork(self) -> None:
+        """This process is a fork of the one that opened the recorder (capture/forks.py): from
+        now on it records nothing, and the writer, a copy of the parent's, writes nothing."""
+        self._action = NONE  # the step running now is not recorded: its end flushes nothing
+        self.schedule = forks.never  # nor is any later one: the mode leaves torch at the next step
+        self._unreported = False  # no trace of this process to report to on_trace_ready
+        self.context.lock = threading.RLock()  # a lock another thread held at the fork stays held here
+        self.tracker.pause()  # the module hooks out of torch
+        self._update_recording()
 
     def _apply_action(self) -> None:
         """Put the capture into torch for a warm-up or recorded step, take it out otherwise."""
@@ -295,7 +317,8 @@ class Recorder:
         self._action = step_action(self.schedule, self.context.step_index)
         if ended in RECORDED and (ended == RECORD_AND_SAVE or self._action not in RECORDED):
             self.context.recording = False
-            self.writer.flush()  # never raises
+            with self.context.lock:  # a worker thread's record (capture/threads.py) waits for the flush
+                self.writer.flush()  # never raises
             if self.on_trace_ready is not None:
                 self._unreported = False
                 self.on_trace_ready(self.path)  # the user's callback: its errors are the user's

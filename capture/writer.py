@@ -22,6 +22,11 @@ appearing at any moment and touches only this rank's own files: it removes only 
 named as this rank's parts and manifest, and refuses a directory where it finds a link, a
 special file or a file it did not write.
 
+A process forked from the one that created the writer (os.fork, fork-started workers) holds a
+copy of it, buffers and part numbering included, and must never write under the parent's
+names: the writer checks the pid it was created in (`inherited`), so in such a child a flush,
+the manifest, close and compaction write, rename and remove nothing (capture/forks.py).
+
 This module needs pyarrow only (no torch), so tests and tools can write traces without torch.
 """
 
@@ -172,6 +177,7 @@ class TraceWriter:
         compact: bool = True,
     ) -> None:
         self.root = Path(root)
+        self._pid = os.getpid()  # the process that owns the files (see `inherited`)
         self.rank = rank
         self.run_id, run_id_source = agree_run_id(self.root, rank, run_id)
         prepare_root(self.root, rank)
@@ -212,6 +218,11 @@ class TraceWriter:
         self.closed = False
         self.write_manifest()
 
+    @property
+    def inherited(self) -> bool:
+        """This is a forked process's copy of the writer (module docstring): it writes nothing."""
+        return os.getpid() != self._pid
+
     def buffered_bytes_estimate(self) -> int:
         """The Python memory the buffered rows hold (TableBuffer.buffered_bytes)."""
         return sum(buffer.buffered_bytes() for buffer in self.tables.values())
@@ -227,13 +238,15 @@ class TraceWriter:
             buffer.drop_partial_row()
 
     def write_manifest(self) -> None:
+        if self.inherited:  # raised, not skipped: a caller (compaction) must not take it as committed
+            raise RuntimeError(f"{self.root}: this process is a fork of the one writing the trace; it writes nothing there")
         atomic_write_text(
             layout.manifest_path(self.root, self.rank), json.dumps(self.manifest, indent=1, default=str)
         )
 
     def _save_manifest(self) -> Exception | None:
         """write_manifest, reporting instead of raising (the manifest of a failing disk)."""
-        if self._saving:  # reporting a failed save asks for a save: one attempt is enough
+        if self._saving or self.inherited:  # (reporting a failed save asks for a save: one attempt is enough)
             return None
         path = layout.manifest_path(self.root, self.rank)
         self._saving = True
@@ -256,8 +269,10 @@ class TraceWriter:
 
         All tables of one flush share a part index and are committed together: the manifest
         lists them only once all were written. Returns False when nothing could be written
-        (this flush failed, or an earlier one did); it never raises.
+        (this flush failed, or an earlier one did, or this is a fork's copy); it never raises.
         """
+        if self.inherited:
+            return False
         try:
             for hook in self.before_flush:
                 hook(self)
@@ -333,6 +348,8 @@ class TraceWriter:
         if self.closed:
             return
         self.closed = True
+        if self.inherited:  # the parent closes its trace
+            return
         # A clean close leaves at least one part per table, so a missing table means damage.
         self.flush(empty_parts=True)
         if self.compact and not self.failed:

@@ -3,7 +3,9 @@
 `Trace.health()` holds it as data (every rank's manifest): `degraded`, the capture's own
 failures per rank (site, what, error, count, first_seq); `compiled`, torch.compile seen while
 capturing (the trace is the eager graph); `tracker_underflows`, where SpikingJelly 2.0.0's
-ActiveModuleTracker would have aborted the run and the capture went on.
+ActiveModuleTracker would have aborted the run and the capture went on; `unrecorded_threads`
+(only when there were some), Python threads the capture could not reach that ran while it was
+open (capture/threads.py), whose torch ops, if they ran any, are in no table.
 
 A degraded trace is readable and consistent, but its numbers miss the work the capture
 failed to record, so every command that prints numbers says so first, on stderr (stdout stays
@@ -69,11 +71,30 @@ def underflow_line(health: dict) -> str | None:
             "could not finish")
 
 
+def _thread_names(entries: list) -> str:
+    names = ", ".join(str(e.get("name")) for e in entries[:SHOWN_KINDS])
+    return names + (f" and {len(entries) - SHOWN_KINDS} more" if len(entries) > SHOWN_KINDS else "")
+
+
+def unrecorded_threads_line(health: dict) -> str | None:
+    """'2 Python threads ran while capturing but were not recorded (pool_0, pool_1: started
+    before the capture opened); any torch ops they ran are missing from the trace', or None."""
+    entries = health.get("unrecorded_threads") or []
+    if not entries:
+        return None
+    before = all(e.get("started") == "before" for e in entries)
+    why = "started before the capture opened" if before else "started before the capture opened or past its thread hook"
+    threads = f"{len(entries)} Python thread{'' if len(entries) == 1 else 's'}"
+    return (f"{threads} ran while capturing but {'was' if len(entries) == 1 else 'were'} not recorded "
+            f"({_thread_names(entries)}: {why}); any torch ops they ran are missing from the trace")
+
+
 def health_lines(health: dict) -> list[str]:
     """What to say before the numbers, most serious first: the DEGRADED line as it is, the
     others as `warning: ...`."""
     lines = [degraded_line(health)]
-    lines += [f"warning: {line}" for line in (compiled_line(health), underflow_line(health)) if line]
+    lines += [f"warning: {line}" for line in (compiled_line(health), underflow_line(health),
+                                              unrecorded_threads_line(health)) if line]
     return [line for line in lines if line]
 
 
@@ -87,13 +108,15 @@ def degraded_summary(health: dict) -> str | None:
 
 
 def health_facts(health: dict) -> dict[str, str]:
-    """Short fields for `info` and the report's facts: capture, compiled, tracker underflows."""
+    """Short fields for `info` and the report's facts: capture, compiled, tracker underflows,
+    unrecorded threads."""
     summary = degraded_summary(health)
     underflows = health.get("tracker_underflows") or []
     return {
         "capture": f"DEGRADED: {summary}" if summary else "sound",
         "compiled": "yes (eager graph recorded)" if health.get("compiled") else "no",
         "tracker_underflows": ", ".join(f"{u.get('tracker_name')} x{u.get('count')}" for u in underflows) or "none",
+        "unrecorded_threads": _thread_names(health.get("unrecorded_threads") or []) or "none",
     }
 
 
@@ -101,7 +124,8 @@ def health_findings(health: dict) -> list[dict]:
     """The report's first findings (headline, detail, warn), as report.findings makes them."""
     found = []
     for headline, line in (("capture degraded", degraded_line(health)), ("compiled", compiled_line(health)),
-                           ("tracker underflow", underflow_line(health))):
+                           ("tracker underflow", underflow_line(health)),
+                           ("threads not recorded", unrecorded_threads_line(health))):
         if line:
             found.append({"headline": headline, "detail": line.removeprefix("DEGRADED: "), "warn": True})
     return found

@@ -65,6 +65,8 @@ class Manifest(BaseModel):
     compiled: bool = False
     compiled_seen: list[str] = []
     tracker_underflows: list[dict[str, Any]] = []
+    unrecorded_threads: list[dict[str, Any]] = []  # threads the capture could not reach that ran
+    forked_children: int = Field(default=0, ge=0, le=MAX_COUNT)  # processes forked while capturing
 
 
 def _where(location: tuple) -> str:

@@ -260,17 +260,23 @@ class Trace:
 
     def health(self) -> dict:
         """What the capture itself reported: its own failures (`degraded`, per rank), torch.compile
-        seen while capturing, and SpikingJelly tracker underflows it survived (JSON-ready)."""
+        seen while capturing, SpikingJelly tracker underflows it survived, and threads it could
+        not reach that ran meanwhile (`unrecorded_threads`, only when there were some) (JSON-ready)."""
         degraded = {
             str(rank): list(m.get("degraded") or []) for rank, m in sorted(self.manifests.items()) if m.get("degraded")
         }
         compiled_seen = sorted({str(what) for m in self.manifests.values() for what in m.get("compiled_seen") or []})
         underflows = [entry for m in self.manifests.values() for entry in m.get("tracker_underflows") or []]
+        # Python threads that ran unrecorded while the capture was open (capture/threads.py):
+        # a key only when there were some, as the documents were before it.
+        unrecorded = [{"rank": rank, **entry} for rank, m in sorted(self.manifests.items())
+                      for entry in m.get("unrecorded_threads") or [] if isinstance(entry, dict)]
         return {
             "degraded": degraded,
             "compiled": any(bool(m.get("compiled")) for m in self.manifests.values()),
             "compiled_seen": compiled_seen,
             "tracker_underflows": underflows,
+            **({"unrecorded_threads": unrecorded} if unrecorded else {}),
         }
 
     def op_counts(self) -> pd.DataFrame:
