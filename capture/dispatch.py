@@ -48,6 +48,15 @@ except Exception:  # noqa: BLE001 - a torch without them, or with others: torch'
 
 _op_names: dict = {}
 _NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (capture/collectives.py)
+
+
+class NestedTensorNotRecorded(ValueError):
+    """An op on a nested tensor (strided or jagged) is not recorded: a `tensors` row holds one
+    shape, and a nested tensor has none (a ragged dimension; a jagged one's is a SymInt that
+    no int64 column holds). Its call is reported in `degraded`, naming the op, and the op's
+    rows are left out whole; every other op is recorded as ever."""
+
+
 _written_arguments: dict = {}
 
 
@@ -210,7 +219,7 @@ class OpLog:
         self._use_appends = [self.uses[name].append for name in _USE_COLUMNS]
         self._use_ids = self.uses["tensor_id"]
         # An event's seq and its number of event_tensors rows, once after its rows (BUFFER_RUNS)
-        runs = tables["event_tensors"]
+        self._runs = runs = tables["event_tensors"]
         self._run_appends = (runs.run_values.append, runs.run_lengths.append)
         self._event_seqs = self.events["seq"]
         self._flush_rows = context.writer.flush_rows
@@ -280,30 +289,28 @@ class OpLog:
         collective = plan.collective
         written_positions, written_names = plan.written_positions, plan.written_names
         propagate, wanted_positions = plan.propagate, plan.wanted
-        u = self._use_appends
-        uses_before = len(self._use_ids)
+        # Every tensor is described before any of the op's event_tensors rows is appended: a
+        # failure reported while describing (a statistic that cannot be taken) drops partial rows
+        # (RecordingContext.report_failure), and must find none of this op's, which would leave
+        # its run longer than its rows ("rows end inside a run" at the next flush).
         described: dict[int, int] = {}  # id(tensor) -> tensor_id within this op (outputs alias inputs)
-        try:
-            for t, slot in tensors:
-                tensor_id = described.get(id(t))
-                if tensor_id is None:
-                    role, position, key = slot[0], slot[1], slot[2]
-                    known = _NOT_SCANNED if collective else None
-                    # A small output's scan costs what the rule costs (capture/value_counts.py)
-                    if propagate is not None and role == "out" and t is out and t.numel() > SMALL_TENSOR:
-                        known = propagated(propagate, args, kwargs, out, registry.stats_of)
-                    written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
-                    wanted = role == "arg" and position in wanted_positions
-                    tensor_id = registry.describe(t, seq, known_stats=known, written=written, wanted=wanted)
-                    described[id(t)] = tensor_id
-                u[0](slot); u[1](tensor_id)
-            thread, scope_id = context.thread_index(), context.scope_id()
-            if tensors:  # the rows' seq and count (their k: 0, 1, ... in this order)
-                self._run_appends[0](seq); self._run_appends[1](len(tensors))
-        except BaseException:
-            for column in self.uses.values():  # no event_tensors rows for an event never written
-                del column[uses_before:]
-            raise
+        ids = []
+        for t, slot in tensors:
+            tensor_id = described.get(id(t))
+            if tensor_id is None:
+                if t.is_nested:  # dropped whole, before any row: see NestedTensorNotRecorded
+                    raise NestedTensorNotRecorded(f"{name}: a {t.layout} nested tensor has no single shape")
+                role, position, key = slot[0], slot[1], slot[2]
+                known = _NOT_SCANNED if collective else None
+                # A small output's scan costs what the rule costs (capture/value_counts.py)
+                if propagate is not None and role == "out" and t is out and t.numel() > SMALL_TENSOR:
+                    known = propagated(propagate, args, kwargs, out, registry.stats_of)
+                written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)
+                wanted = role == "arg" and position in wanted_positions
+                tensor_id = described[id(t)] = registry.describe(t, seq, known_stats=known, written=written,
+                                                                 wanted=wanted)
+            ids.append(tensor_id)
+        thread, scope_id = context.thread_index(), context.scope_id()
 
         stage, step = context.current_stage, context.step_index
         grad_enabled, in_backward = torch.is_grad_enabled(), torch._C._current_graph_task_id() != -1
@@ -322,8 +329,18 @@ class OpLog:
         calls = self._calls
         if len(calls) > 65536:
             calls.clear()
-        e = self._event_appends
-        e[0](seq); e[1](calls.setdefault(call, call)); e[2](self._stage); e[3](self._where)
+        call = calls.setdefault(call, call)
+        u, e = self._use_appends, self._event_appends
+        lengths = (len(self._use_ids), len(self._runs.run_lengths), len(self._event_seqs))
+        try:  # the op's rows: appends of values computed above, all of them or none
+            for (_, slot), tensor_id in zip(tensors, ids):
+                u[0](slot); u[1](tensor_id)
+            if tensors:  # the rows' seq and count (their k: 0, 1, ... in this order)
+                self._run_appends[0](seq); self._run_appends[1](len(tensors))
+            e[0](seq); e[1](call); e[2](self._stage); e[3](self._where)
+        except BaseException:
+            self._truncate(*lengths)
+            raise
 
         if collective:  # rare ops, which may hold tensor subclasses: always guarded
             with excluded_from_modes():
@@ -334,6 +351,14 @@ class OpLog:
         rows = len(self._event_seqs)
         if rows % 4096 == 0 or rows >= self._flush_rows:  # what maybe_flush tests, without its call
             context.writer.maybe_flush()
+
+    def _truncate(self, uses: int, runs: int, events: int) -> None:
+        """Back to these many event_tensors rows, runs and events rows: an op's rows cut short."""
+        for column in self.uses.values():
+            del column[uses:]
+        del self._runs.run_values[runs:], self._runs.run_lengths[runs:]
+        for column in self.events.values():
+            del column[events:]
 
     def _collective(self, seq: int, name: str, func, args, kwargs, out) -> None:
         try:

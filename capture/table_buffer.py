@@ -156,13 +156,17 @@ class TableBuffer:
         return len(next(iter(self.columns.values())))
 
     def drop_partial_row(self) -> None:
-        """Remove a row whose append was cut short by a failure (some columns one longer)."""
+        """Remove a row whose append was cut short by a failure (some columns one longer). In a
+        table with runs a run is one record's rows, kept whole or not at all: rows past the last
+        run (a record still appending, or cut short before its run) go, and so does a run that
+        its rows no longer fill, with the rows it holds, so every later row stays in its run."""
         complete = self.complete_rows()
-        for column in self.columns.values():
-            del column[complete:]
-        if self.runs is not None:  # and runs past the complete rows (none when rows come first)
+        if self.runs is not None:
             kept = self._runs_within(complete)
             del self.run_values[kept:], self.run_lengths[kept:]
+            complete = sum(self.run_lengths)
+        for column in self.columns.values():
+            del column[complete:]
 
     def append(self, **values) -> None:
         """Append one row; for the tables written once per hook or step, not per op (hot paths

@@ -31,6 +31,7 @@ import torch
 
 from capture.counters import new_counter
 from capture.table_buffer import TableBuffer
+from schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
 from capture.value_counts import immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -63,7 +64,7 @@ def storage_pointer(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # sparse, nested, tensors without storage
-        return -1
+        return NO_STORAGE
 
 
 # The buffer's physical columns: a row's form (shape, stride, storage_offset, numel, dtype,
@@ -209,7 +210,7 @@ class TensorRegistry:
         try:
             version = t._version
         except RuntimeError:  # inference tensors keep no version counter
-            version = -1
+            version = NO_VERSION_COUNTER
         shape = t.shape
         requires_grad = t.requires_grad
         stats = None
@@ -257,10 +258,19 @@ class TensorRegistry:
                 with excluded_from_modes():
                     return scan(t)
             with excluded_from_modes():
-                nnz = torch.count_nonzero(t)
-                ones = None if t.dtype is torch.bool else torch.count_nonzero(t == 1)
+                values = t.dequantize() if t.is_quantized else t  # the values a quantized tensor reads as
+                nnz = torch.count_nonzero(values)
+                ones = None if t.dtype is torch.bool else torch.count_nonzero(values == 1)
                 return PendingStats(nnz, ones)
         except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/failures.py)
+            if isinstance(exc, Warning):  # torch warned and the user's filter made it an error:
+                import warnings  # the same statistics, the warning not the capture's to raise
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return self._statistics(t, seq)
+            if t.is_nested or torch._C._functorch.is_functorch_wrapped_tensor(t):
+                return (None, None)  # values behind a transform's or a nested wrapper: none to read
             if self.report_failure is not None:
                 self.report_failure(exc, seq)
             return (None, None)
@@ -283,10 +293,14 @@ class TensorRegistry:
         stride = t.stride() if strided else ()
         numel = t.numel()
         is_meta = t.is_meta
+        storage = None
         if strided and numel and not is_meta:
             # data_ptr = storage pointer + offset * element size, without building a storage object
-            storage = t.data_ptr() - offset * kind[1]
-        else:
+            try:
+                storage = t.data_ptr() - offset * kind[1]
+            except RuntimeError:  # no storage: a torch.func transform's wrapped tensor
+                pass
+        if storage is None:
             storage = storage_pointer(t)
         name = self.parameter_names.get(id(t))
         pending = isinstance(stats, PendingStats)

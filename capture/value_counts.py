@@ -104,6 +104,14 @@ def _count_ones(t: torch.Tensor, memory=None) -> int:
         return int(torch.count_nonzero(t == 1))
 
 
+def readable(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of ours whose memory holds t's values as they read, for the two kinds whose
+    memory does not: a quantized tensor's values are its dequantized ones (a stored integer q
+    reads as (q - zero_point) * scale, zero exactly where q is the zero point, whatever the
+    scheme), and a negative view's are its memory negated (torch cannot cast one to bool)."""
+    return t.dequantize() if t.is_quantized else t.resolve_neg()
+
+
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN: the
     compiled one-pass scan where it was built (capture/native.py), else python_stats."""
@@ -114,6 +122,8 @@ def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
 def python_stats(t: torch.Tensor) -> tuple[int, bool]:
     """immediate_stats without the compiled scan: the cheapest exact pass per size in Python
     (the slow path of the fast path `native_statistics`, capture/fast_paths.py)."""
+    if t.is_quantized or t.is_neg():
+        t = readable(t)
     numel = t.numel()
     if numel <= SMALL_TENSOR:
         dim = t.dim()  # 0-d and 1-d tensors convert without a reshape op (no dispatched op at all)
