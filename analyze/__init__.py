@@ -1,10 +1,10 @@
 """spiketrace analyze: read a captured trace offline with DuckDB. Needs no torch.
 
-    from analyze import Analysis, counts, energy, many, open_trace, recost
+    from spiketrace.analyze import Analysis, counts, energy, many, open_trace, recost
     with open_trace("run.trace") as trace:
         trace.sql("SELECT op, count(*) FROM events GROUP BY op")
         counts(trace, ["flop", "ac"], stage="forward")
-        energy(trace, "neuromc").energy_total_pj       # analyze.energy is also callable
+        energy(trace, "neuromc").energy_total_pj       # spiketrace.analyze.energy is also callable
     with Analysis("run.trace") as analysis:              # each result computed once
         analysis.energy("neuromc", "neuromc-like-v1")
         analysis.energy("neuromc", "my-chip.toml")       # re-costed, not re-mapped
@@ -14,21 +14,21 @@ Every function that takes a trace also takes its path. The pipeline, one room ea
 (open, check, views) -> counters/ and energy/ (activity) -> presets/ (what each action costs)
 -> results.py (Analysis: computed once) -> present/ (tables, plots, report, diff) -> cli/.
 
-The names below are imported on first use (PEP 562), so `import analyze.cli` stays light.
+The names below are imported on first use (PEP 562), so `import spiketrace.analyze.cli` stays light.
 """
 
 from importlib import import_module
 
 _PUBLIC = {
-    "Analysis": ("analyze.results", "Analysis"),
-    "Trace": ("analyze.trace", "Trace"),
-    "TraceError": ("analyze.trace", "TraceError"),
-    "count": ("analyze.counters", "count"),
-    "counts": ("analyze.counters", "counts"),
-    "energy": ("analyze.energy", None),  # the package, callable as energy(trace, model, preset, ...)
-    "many": ("analyze.many", None),  # several traces at once: many.count(traces, ...), many.energy(traces, ...)
-    "open_trace": ("analyze.trace", "open_trace"),
-    "recost": ("analyze.energy", "recost"),
+    "Analysis": ("spiketrace.analyze.results", "Analysis"),
+    "Trace": ("spiketrace.analyze.trace", "Trace"),
+    "TraceError": ("spiketrace.analyze.trace", "TraceError"),
+    "count": ("spiketrace.analyze.counters", "count"),
+    "counts": ("spiketrace.analyze.counters", "counts"),
+    "energy": ("spiketrace.analyze.energy", None),  # the package, callable as energy(trace, model, preset, ...)
+    "many": ("spiketrace.analyze.many", None),  # several traces at once: many.count(traces, ...), many.energy(traces, ...)
+    "open_trace": ("spiketrace.analyze.trace", "open_trace"),
+    "recost": ("spiketrace.analyze.energy", "recost"),
 }
 __all__ = sorted(_PUBLIC)
 

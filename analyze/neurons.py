@@ -4,7 +4,7 @@ stores) -> the neuron model it implements.
 Every counter and energy model that costs neurons asks this table which modules are neurons
 (`is_neuron`), and reads a neuron's model from `table_sql`: one row per neuron module with
 its framework, kind, state variables, membrane decay, threshold and reset, read from the
-attributes the capture stored (capture/modules.py). A class is recognised with its
+attributes the capture stored (capture/modules/catalog.py). A class is recognised with its
 subclasses (the most derived class of the table in a module's MRO gives its row).
 
 SpikingJelly's `BaseNode` is costed by each model as SpikingJelly 2.0.0 costs it (the models

@@ -11,7 +11,7 @@ so `analysis.energy(model, preset_a)` then `analysis.energy(model, preset_b)` ma
 trace once, and the report, the plots and diff, which take an Analysis (or the results it
 returns), never run an engine themselves.
 
-    from analyze import Analysis
+    from spiketrace.analyze import Analysis
     with Analysis("runs/step") as analysis:
         analysis.energy("neuromc").energy_total_pj
         analysis.energy("neuromc", "my-preset.toml")     # re-costed, not re-mapped
@@ -24,11 +24,11 @@ import os
 import weakref
 from typing import Any
 
-from analyze.counters import ALL_COUNTERS, COUNTERS, CounterResult, count
-from analyze.energy import default_model, map_activity, model_of
-from analyze.energy import energy as cost_energy
-from analyze.energy import recost as cost_recost
-from analyze.trace import Trace, open_trace
+from spiketrace.analyze.counters import ALL_COUNTERS, COUNTERS, CounterResult, count
+from spiketrace.analyze.energy import default_model, map_activity, model_of
+from spiketrace.analyze.energy import energy as cost_energy
+from spiketrace.analyze.energy import recost as cost_recost
+from spiketrace.analyze.trace import Trace, open_trace
 
 # The counters a default `counts()` runs: the five op counters, so the report, roofline and
 # diff all ask for (and share) the same cached result.
@@ -83,7 +83,7 @@ class Analysis:
         return self.trace.path
 
     def counts(self, counters=None, **options) -> CounterResult:
-        """analyze.counters.count over this trace, once per (counters, options)."""
+        """spiketrace.analyze.counters.count over this trace, once per (counters, options)."""
         names = DEFAULT_COUNTERS if counters is None else (counters,) if isinstance(counters, str) else tuple(counters)
         unknown = [n for n in names if n not in ALL_COUNTERS]
         if unknown:
@@ -122,7 +122,7 @@ class Analysis:
                            stage=options.get("stage"))
 
     def recost(self, model: str | None = None, presets=None, *, sweep=None, base=None, progress=None, **options):
-        """analyze.energy.recost over the cached activity: one row per (preset, breakdown entry)."""
+        """spiketrace.analyze.energy.recost over the cached activity: one row per (preset, breakdown entry)."""
         model = model or model_of(self.trace, None, presets, base, sweep_keys=list(sweep or ()))
         return cost_recost(self.trace, model, presets, sweep=sweep, base=base, progress=progress,
                            activity=self.activity(model, **options), compat=options.get("compat"),

@@ -9,15 +9,15 @@ steps, 1M and 10M events of a real training trace.
    least that many events): K copies of the captured rows, every id renumbered (seq,
    freed_seq, first_seq, tensor_id and the tensor-id lists of module_events, uid, stage_id,
    step, call_index) so that the result is a valid trace; scopes and modules are shared, not
-   tiled. Tiles stream through capture.writer.TraceWriter (its zstd level, delta encoding,
+   tiled. Tiles stream through spiketrace.capture.store.writer.TraceWriter (its zstd level, delta encoding,
    footer keys and manifest), one part per `--part-events` events (Recorder's default flush).
    The first trace is checked once with trace.validate(), outside timing. With --keep DIR the
    captured steps and the traces stay in DIR, and a later run with --no-online reuses them.
 3. Per trace and command, in a child process of its own (so each reports its own peak RSS,
-   VmHWM): analyze.counters.count(trace) with all five counters, and
-   analyze.energy.energy(trace, model) for compute, neuromc, lemaire and spikesim (the mapping
+   VmHWM): spiketrace.analyze.counters.count(trace) with all five counters, and
+   spiketrace.analyze.energy.energy(trace, model) for compute, neuromc, lemaire and spikesim (the mapping
    and one costing under the model's default preset; NeuroMC maps a rank of more than
-   analyze.many.SHARD_EVENTS events a step range at a time): the median of `--repeats` runs,
+   spiketrace.analyze.many.SHARD_EVENTS events a step range at a time): the median of `--repeats` runs,
    each on a fresh open_trace (opening timed apart); and `energy neuromc whole`, NeuroMC
    mapping the trace in one piece (shard_events past its events), for comparison.
    A command past `--timeout` seconds is stopped.
@@ -57,11 +57,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyze import open_trace
-from analyze.counters import count
-from analyze.energy import energy
-from capture.writer import TraceWriter
-from schemas.tables import TABLES
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy
+from spiketrace.capture.store.writer import TraceWriter
+from spiketrace.schemas.tables import TABLES
 
 SHARED = ("scopes", "modules")  # written once: every tile refers to the same scope and module ids
 # table -> column -> its span: tile k adds k * span, span = 1 + the largest value in the captured steps
@@ -99,7 +99,7 @@ def capture(workload: str, steps: int, path: Path, repeats: int) -> tuple[int, f
     )
 
     from benchmarks.workloads import make, train_step
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     torch.set_num_threads(2)
     net, x, target, loss_fn, opt = make(workload)

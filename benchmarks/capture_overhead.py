@@ -6,7 +6,7 @@
    pass-through TorchDispatchMode (the floor of any Python dispatch mode); under spiketrace
    capture with full statistics, the same after one untimed recorded step ("steady": what a
    recorder left on pays per step, without a trace's first-step costs), the same with the
-   compiled per-op path off ("Python path": capture/native.py), and with synaptic statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
+   compiled per-op path off ("Python path": capture/native/__init__.py), and with synaptic statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
    torch.profiler(record_shapes=True) + export_chrome_trace.
    Variants are interleaved with a plain sample next to each (alternating order, rotating
    variant order, warm-up rounds, gc.collect() outside the timed region). Reported: the median
@@ -68,8 +68,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.workloads import make, train_step  # noqa: E402
-from capture import Recorder, native, schedule  # noqa: E402
-from capture.fast_paths import ENVIRONMENT_VARIABLE  # noqa: E402
+from spiketrace.capture import Recorder, native, schedule  # noqa: E402
+from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE  # noqa: E402
 
 
 class PassThrough(TorchDispatchMode):
@@ -86,7 +86,7 @@ def spikingjelly_mode():
     return DispatchCounterMode(counters, strict=False)
 
 
-# The compiled per-op path (capture/native.py), switched off for the "Python path" column.
+# The compiled per-op path (capture/native/__init__.py), switched off for the "Python path" column.
 COMPILED_PATHS = "native_record,native_statistics,native_dispatch"
 
 
@@ -324,7 +324,7 @@ def main() -> None:
     names = [n for n in args.workloads.split(",") if n]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds after {args.warmup} warm-up\n")
     print("## Step time: median ms per training step, and median paired ratio to plain\n")
-    print(f"compiled per-op path (capture/native.py): {'built' if native.AVAILABLE else 'NOT BUILT'}\n")
+    print(f"compiled per-op path (capture/native/__init__.py): {'built' if native.AVAILABLE else 'NOT BUILT'}\n")
     print("| workload | plain ms | pass-through mode ms (x) | spiketrace full ms (x) | full, steady ms (x) "
           "| full, Python path ms (x) | spiketrace synaptic ms (x) | SJ 5 counters ms (x) | torch.profiler ms (x) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""The dask engine against the in-process one (analyze.many): the counts and energies of 8
+"""The dask engine against the in-process one (spiketrace.analyze.many): the counts and energies of 8
 copies of one multi-rank trace, evaluated in this process, and as one task per (trace, rank)
 on a LocalCluster of 2 worker processes. Run from analysis_throughput.py:
 
@@ -6,8 +6,8 @@ on a LocalCluster of 2 worker processes. Run from analysis_throughput.py:
 
 1. The captured steps are tiled (analysis_throughput.build) into RANKS ranks of at least EVENTS
    events each, one trace; it is copied COPIES times (the traces of a sweep).
-2. Per command and engine, in a child process of its own: analyze.many.count (all five
-   counters) or analyze.many.energy(model) over every copy; for dask on a fresh LocalCluster
+2. Per command and engine, in a child process of its own: spiketrace.analyze.many.count (all five
+   counters) or spiketrace.analyze.many.energy(model) over every copy; for dask on a fresh LocalCluster
    whose start is timed apart. Peak RSS (VmHWM): the process's own in-process; for dask the
    largest of the client's and each worker's.
 3. The two engines' results must be equal (counts exactly, energies to 1e-9 relative).
@@ -39,7 +39,7 @@ def peak_rss_mb() -> float:
 
 def measure_here(paths: list[str], command: str, engine: str) -> dict:
     """Seconds of `command` over `paths` on `engine`, peak RSS, and the result in short (to compare)."""
-    from analyze import many
+    from spiketrace.analyze import many
 
     options, started, cluster, client = {}, time.perf_counter(), None, None
     if engine == "dask":
@@ -94,7 +94,7 @@ def equal(a: dict, b: dict) -> bool:
 
 def build_copies(source: Path, scratch: Path, shape: str, part_events: int) -> tuple[list[str], int, int]:
     """COPIES copies of one trace of RANKS ranks of at least EVENTS events each (`shape` RANKSxEVENTS)."""
-    from analyze import open_trace
+    from spiketrace.analyze import open_trace
     from benchmarks.analysis_throughput import build
 
     ranks, events = (int(v) for v in shape.lower().split("x"))

@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.workloads import make, train_step  # noqa: E402
-from capture import Recorder  # noqa: E402
+from spiketrace.capture import Recorder  # noqa: E402
 
 FAILED: list[str] = []
 
@@ -52,7 +52,7 @@ def on(device, workload):
 
 
 def events(root: Path):
-    from analyze import open_trace
+    from spiketrace.analyze import open_trace
 
     with open_trace(root) as trace:
         problems = trace.validate()

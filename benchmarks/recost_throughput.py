@@ -7,7 +7,7 @@
    NeuroMCEnergyProfiler (its probes would otherwise reach the recorder).
 2. spiketrace: the mapper once (neuromc.activity); the bulk costing of a 10 x 10 x 10 x 10
    sweep of SRAM and DRAM read energies and bandwidths (10,000 presets) on that activity;
-   and the whole analyze.energy.recost call, mapper included. Medians of --repeats.
+   and the whole spiketrace.analyze.energy.recost call, mapper included. Medians of --repeats.
 3. SpikingJelly: get_report() per preset on the already-profiled profiler, its preset check
    and unsupported-op refusal bypassed, over --reference-presets presets; per-preset ms.
 
@@ -36,10 +36,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import make, train_step  # noqa: E402
 
-from analyze import open_trace  # noqa: E402
-from analyze.energy import _model, load_preset, map_activity, neuromc, recost, sweep_presets  # noqa: E402
-from analyze.energy.neuromc.sweep import sweep_totals  # noqa: E402
-from capture import Recorder  # noqa: E402
+from spiketrace.analyze import open_trace  # noqa: E402
+from spiketrace.analyze.energy import _model, load_preset, map_activity, neuromc, recost, sweep_presets  # noqa: E402
+from spiketrace.analyze.energy.neuromc.sweep import sweep_totals  # noqa: E402
+from spiketrace.capture import Recorder  # noqa: E402
 from spikingjelly.activation_based import functional  # noqa: E402
 from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python benchmarks/shared_scans.py [--repeats 200]
 
-Each pass (capture/_native_parallel.c and its callers) is timed with every scan kept on the
+Each pass (capture/native/_native_parallel.c and its callers) is timed with every scan kept on the
 calling thread (`parallel_scan(max_threads=1)`) and with the default sharing, alternating the
 two sample by sample; medians in microseconds, and their ratio. Each sample follows a torch op
 on a tensor of the same size, as in a training step, so torch's threads are as awake as they
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from capture import native, op_statistics
+from spiketrace.capture import native, op_statistics
 
 
 def _passes() -> dict:
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
     if not native.AVAILABLE:
-        raise SystemExit("capture._native is not built: nothing to compare")
+        raise SystemExit("spiketrace.capture.native._native is not built: nothing to compare")
     found, min_bytes, cap = native._native.parallel_scan()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; OpenMP runtime found: {found}; "
           f"shared from {min_bytes // 1024} KB; median of {args.repeats} samples each\n")

@@ -2,7 +2,7 @@
 into a Parquet trace. Imported inside the training script; depends on torch, pyarrow and
 `schemas` only.
 
-The torch-dependent names are imported lazily, so `capture.writer` (pure pyarrow) can be used
+The torch-dependent names are imported lazily, so `spiketrace.capture.store.writer` (pure pyarrow) can be used
 where torch is absent.
 """
 
@@ -13,11 +13,11 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Recorder": "capture.recorder",
-    "RecorderError": "capture.recorder",
-    "schedule": "capture.recorder",
-    "record_training_step": "capture.scenarios",
-    "record_inference": "capture.scenarios",
+    "Recorder": "spiketrace.capture.session.recorder",
+    "RecorderError": "spiketrace.capture.session.recorder",
+    "schedule": "spiketrace.capture.session.recorder",
+    "record_training_step": "spiketrace.capture.session.scenarios",
+    "record_inference": "spiketrace.capture.session.scenarios",
 }
 
 __all__ = sorted(_LAZY)
@@ -26,4 +26,4 @@ __all__ = sorted(_LAZY)
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capture' has no attribute {name!r}")
+    raise AttributeError(f"module 'spiketrace.capture' has no attribute {name!r}")

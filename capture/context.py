@@ -1,6 +1,6 @@
 """`RecordingContext`: the state the recorder shares with the parts that write records.
 
-The op log (capture/dispatch.py), the optimizer log and the module-hook code need the same
+The op log (capture/ops/dispatch.py), the optimizer log and the module-hook code need the same
 few things: whether recording is on, the current stage and step, the shared `seq` counter,
 thread and scope ids, neuron memory snapshots, the tensor registry, the writer, the lock and
 the failure log. The Recorder builds one context when it opens and sets its fields (stage,
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from capture.counters import new_counter
+from spiketrace.capture.native.counters import new_counter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from capture.modules import ModuleCatalog
-    from capture.tensors import TensorRegistry
-    from capture.tracker import ScopeTracker
-    from capture.writer import TraceWriter
+    from spiketrace.capture.modules.catalog import ModuleCatalog
+    from spiketrace.capture.tensors.registry import TensorRegistry
+    from spiketrace.capture.modules.tracker import ScopeTracker
+    from spiketrace.capture.store.writer import TraceWriter
 
 # Distinct (parents, active modules) states whose scope id is remembered before starting over.
 SCOPES_REMEMBERED = 65536
@@ -52,7 +52,7 @@ class RecordingContext:
     keep_binary_inputs: bool = False
     defer_statistics: bool = False
     value_statistics: str = "full"  # the level (schemas/statistics_levels.py)
-    fast_paths: frozenset = frozenset()  # capture/fast_paths.py
+    fast_paths: frozenset = frozenset()  # capture/session/fast_paths.py
     # Built after the context, since they take its seq counter and scope state:
     registry: "TensorRegistry | None" = None
     tracker: "ScopeTracker | None" = None
@@ -74,7 +74,7 @@ class RecordingContext:
     _scope_id: int = 0
     _scope_memo: dict = field(default_factory=dict)  # (parents, ids of active modules) -> scope id
     _memory_snapshots: dict = field(default_factory=dict)
-    # The compiled record's describe(tensor, seq) (capture/_native_hooks.c), or None: a memory
+    # The compiled record's describe(tensor, seq) (capture/native/_native_hooks.c), or None: a memory
     # tensor it takes costs a few us instead of the Python describe's 12-20.
     native_describe: "Callable[[torch.Tensor, int], int] | None" = None
     _stateful_generation: int = -1
@@ -110,7 +110,7 @@ class RecordingContext:
         return index
 
     def new_thread(self) -> None:
-        """The calling thread has just started (capture/threads.py): its records get an index
+        """The calling thread has just started (capture/session/threads.py): its records get an index
         of their own, even where it reuses the ident of a thread that ended. Under the lock."""
         self._threads.pop(threading.get_ident(), None)
 
@@ -144,7 +144,7 @@ class RecordingContext:
 
     # -- failures ---------------------------------------------------------------------------------
     def report_failure(self, site: str, what: str, exc: BaseException, seq: int | None = None) -> None:
-        """Count a capture failure (capture/failures.py) and drop the row it cut short."""
+        """Count a capture failure (capture/store/failures.py) and drop the row it cut short."""
         with self.lock:
             self.writer.failures.report(site, what, exc, seq)
             try:

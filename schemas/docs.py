@@ -1,6 +1,6 @@
 """Render the table reference of schemas/README.md from the schemas themselves.
 
-`python -m schemas.docs` rewrites the generated part of the README; tests/test_schemas.py
+`python -m spiketrace.schemas.docs` rewrites the generated part of the README; tests/test_schemas.py
 fails when the README and the code disagree.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas.statistics import STATISTICS
-from schemas.tables import TABLES, field_doc, table_doc
-from schemas.version import SCHEMA_VERSION
+from spiketrace.schemas.statistics import STATISTICS
+from spiketrace.schemas.tables import TABLES, field_doc, table_doc
+from spiketrace.schemas.version import SCHEMA_VERSION
 
-BEGIN = "<!-- BEGIN GENERATED: python -m schemas.docs -->"
+BEGIN = "<!-- BEGIN GENERATED: python -m spiketrace.schemas.docs -->"
 END = "<!-- END GENERATED -->"
 README = Path(__file__).with_name("README.md")
 

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from schemas.layout import CHECKSUM_DIGEST_SIZE
+from spiketrace.schemas.layout import CHECKSUM_DIGEST_SIZE
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)

@@ -2,11 +2,11 @@
 
 Capture reads these tables to decide what to compute; analysis reads them to know what a
 trace can answer. Adding a statistic is a new row here plus its function in
-capture/op_statistics.py; old traces simply lack the rows.
+capture/ops/op_statistics.py; old traces simply lack the rows.
 
 Per-tensor statistics (`nnz`, `is01` in the tensors table) are taken for every tensor state.
 (Capture derives some outputs' statistics exactly from their inputs' instead of scanning
-them, see capture/propagation.py; the values are the same.) Together nnz, is01, dtype, numel
+them, see capture/tensors/propagation.py; the values are the same.) Together nnz, is01, dtype, numel
 and is_meta decide all six of SpikingJelly's binary predicates (spec section 0).
 """
 

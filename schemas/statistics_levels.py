@@ -20,7 +20,7 @@ Old manifests hold a bool: True is ``full``, False is ``none``.
 
 from __future__ import annotations
 
-from schemas.statistics import SYNAPTIC_INPUTS
+from spiketrace.schemas.statistics import SYNAPTIC_INPUTS
 
 LEVELS = ("none", "synaptic", "full")
 

@@ -84,9 +84,9 @@ TENSOR_FREES = table(
 )
 
 OP_STATS = table(
-    "Per-op activity scalars named in schemas.statistics.OP_STATISTICS (long format: one row per op and statistic).",
+    "Per-op activity scalars named in spiketrace.schemas.statistics.OP_STATISTICS (long format: one row per op and statistic).",
     field("seq", pa.int64(), "The op (events.seq).", False),
-    field("stat", _str, "Statistic name, a key of schemas.statistics.STATISTICS.", False),
+    field("stat", _str, "Statistic name, a key of spiketrace.schemas.statistics.STATISTICS.", False),
     field("value", pa.float64(), "The value; integer-valued statistics are exact below 2**53.", False),
 )
 

@@ -1,7 +1,7 @@
 """Make the README's plot gallery from the built-in example: python scripts/gallery.py [OUT_DIR]
 
-Captures the demo's training step (capture.example.record_demo), sweeps two compute-model
-preset keys with recost, and writes every plot kind of analyze.present.plots as PNG into OUT_DIR
+Captures the demo's training step (spiketrace.capture.session.example.record_demo), sweeps two compute-model
+preset keys with recost, and writes every plot kind of spiketrace.analyze.present.plots as PNG into OUT_DIR
 (default docs/gallery/).
 """
 
@@ -11,10 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from analyze import open_trace
-from analyze.present import plots
-from analyze.energy import recost
-from capture.example import record_demo
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.present import plots
+from spiketrace.analyze.energy import recost
+from spiketrace.capture.session.example import record_demo
 
 
 def main(out: Path) -> None:

@@ -29,10 +29,10 @@ try:  # the one package
     from spiketrace.capture import Recorder
     from spiketrace.schemas.tables import TABLES
 except ImportError:  # the three top-level packages before it
-    from analyze import open_trace
-    from analyze.counters import counts
-    from capture import Recorder
-    from schemas.tables import TABLES
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.counters import counts
+    from spiketrace.capture import Recorder
+    from spiketrace.schemas.tables import TABLES
 from tests import zoo  # noqa: E402
 from tests.test_fast_paths import ORDER  # noqa: E402
 

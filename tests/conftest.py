@@ -24,11 +24,11 @@ def pytest_collection_modifyitems(config, items):
 def engine_calls(monkeypatch):
     """How often the NeuroMC mapping and the counters' engine really run, wrapped at their own
     modules (not through Analysis's bookkeeping): {"neuromc": n, "counters": n}."""
-    import analyze.counters
-    from analyze.energy import neuromc
+    import spiketrace.analyze.counters
+    from spiketrace.analyze.energy import neuromc
 
     seen = {"neuromc": 0, "counters": 0}
-    mapping, counting = neuromc.activity, analyze.counters.count_events
+    mapping, counting = neuromc.activity, spiketrace.analyze.counters.count_events
 
     def counted_mapping(*args, **kwargs):
         seen["neuromc"] += 1
@@ -39,26 +39,26 @@ def engine_calls(monkeypatch):
         return counting(*args, **kwargs)
 
     monkeypatch.setattr(neuromc, "activity", counted_mapping)
-    monkeypatch.setattr(analyze.counters, "count_events", counted_counting)
+    monkeypatch.setattr(spiketrace.analyze.counters, "count_events", counted_counting)
     return seen
 
 
 @pytest.fixture
 def shared_scans():
     """Every scan of 64 elements a thread or more shared among torch's threads however small
-    (capture/_native_parallel.c), the settings and torch's thread count restored after; the
+    (capture/native/_native_parallel.c), the settings and torch's thread count restored after; the
     fixture's value: whether the OpenMP runtime was found (False without the compiled path,
     which shares nothing)."""
     import torch
 
-    import capture.native
+    import spiketrace.capture.native
 
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         yield False
         return
-    found, min_bytes, max_threads = capture.native._native.parallel_scan()
+    found, min_bytes, max_threads = spiketrace.capture.native._native.parallel_scan()
     threads = torch.get_num_threads()
-    capture.native._native.parallel_scan(min_bytes=0)
+    spiketrace.capture.native._native.parallel_scan(min_bytes=0)
     yield found
     torch.set_num_threads(threads)
-    capture.native._native.parallel_scan(min_bytes=min_bytes, max_threads=max_threads)
+    spiketrace.capture.native._native.parallel_scan(min_bytes=min_bytes, max_threads=max_threads)

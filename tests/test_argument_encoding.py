@@ -1,4 +1,4 @@
-"""The interned argument encoding (capture/fast_paths.py `interned_arguments`) gives exactly
+"""The interned argument encoding (capture/session/fast_paths.py `interned_arguments`) gives exactly
 the JSON and tensor slots of the encoder, on first sight of a structure and on every repeat.
 
 Keys that compare equal in Python but encode differently are the risk: 0.0 == -0.0, 2.0 == 2,
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from capture.arguments import encode_call
+from spiketrace.capture.ops.arguments import encode_call
 
 T = torch.ones(2)
 U = torch.zeros(3)

@@ -2,7 +2,7 @@
 runs the same cases as a user's scripts).
 
 An op's rows are all or nothing: its event, its event_tensors rows and their run (the event's
-seq and row count, capture/table_buffer.py BUFFER_RUNS) are appended together once every
+seq and row count, capture/store/table_buffer.py BUFFER_RUNS) are appended together once every
 tensor is described, so a failure reported while describing one (which drops partial rows)
 cannot leave a run longer than its rows. Tensors whose memory does not hold their values as
 they read (negative views, quantized tensors) get exact statistics of their values; a nested
@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import capture.tensors
-from analyze import open_trace
-from capture import Recorder
-from capture.table_buffer import TableBuffer
-from capture.value_counts import immediate_stats, python_stats
-from schemas.tables import TABLES
+import spiketrace.capture.tensors.registry
+from spiketrace.analyze import open_trace
+from spiketrace.capture import Recorder
+from spiketrace.capture.store.table_buffer import TableBuffer
+from spiketrace.capture.tensors.value_counts import immediate_stats, python_stats
+from spiketrace.schemas.tables import TABLES
 
 # SPIKETRACE_SLOW_PATHS of the Python record (the compiled one checks every tensor before it
 # appends a row) with the compiled scan (immediate_stats) or the Python one (python_stats)
@@ -65,7 +65,7 @@ def test_a_statistic_failing_mid_op_costs_that_statistic_not_the_trace(tmp_path,
     # run of 3 covered 2 rows and the flush failed the whole trace ("rows end inside a run").
     monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", SCANS[scan])
     x, y = torch.randn(3, 4), torch.full((3, 4), 7.0)
-    scans = {"immediate_stats": capture.tensors.immediate_stats, "python_stats": capture.tensors.python_stats}
+    scans = {"immediate_stats": spiketrace.capture.tensors.registry.immediate_stats, "python_stats": spiketrace.capture.tensors.registry.python_stats}
 
     def failing(real):
         def scan(t):
@@ -75,7 +75,7 @@ def test_a_statistic_failing_mid_op_costs_that_statistic_not_the_trace(tmp_path,
         return scan
 
     for name, real in scans.items():
-        monkeypatch.setattr(capture.tensors, name, failing(real))
+        monkeypatch.setattr(spiketrace.capture.tensors.registry, name, failing(real))
     with Recorder(tmp_path / "t") as rec, rec.stage("forward"):
         z = x + y
         w = z * 2
@@ -97,7 +97,7 @@ def test_a_describe_failing_mid_op_leaves_none_of_its_rows(tmp_path, monkeypatch
     # A failure that stops the record itself (not a statistic): the op has no event and no
     # event_tensors row; the ops before and after it are whole.
     monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", "all")
-    real = capture.tensors.TensorRegistry.describe
+    real = spiketrace.capture.tensors.registry.TensorRegistry.describe
     marked = torch.full((5,), 3.0)
 
     def describe(self, t, seq, *args, **kwargs):
@@ -105,7 +105,7 @@ def test_a_describe_failing_mid_op_leaves_none_of_its_rows(tmp_path, monkeypatch
             raise RuntimeError("injected")
         return real(self, t, seq, *args, **kwargs)
 
-    monkeypatch.setattr(capture.tensors.TensorRegistry, "describe", describe)
+    monkeypatch.setattr(spiketrace.capture.tensors.registry.TensorRegistry, "describe", describe)
     a = torch.ones(5)
     with Recorder(tmp_path / "t") as rec, rec.stage("forward"):
         b = a + 1
@@ -201,13 +201,13 @@ def test_negative_views_and_quantized_tensors_are_recorded_with_statistics(tmp_p
 def test_a_warning_made_an_error_by_the_user_is_not_a_capture_failure(tmp_path, monkeypatch):
     # A scan that warns (torch's warnings, under the user's warnings.simplefilter("error")):
     # the statistics are taken all the same, nothing is degraded, and the user's filter stays.
-    real = capture.tensors.immediate_stats
+    real = spiketrace.capture.tensors.registry.immediate_stats
 
     def warning_scan(t):
         warnings.warn("a torch warning met while scanning", UserWarning)
         return real(t)
 
-    monkeypatch.setattr(capture.tensors, "immediate_stats", warning_scan)
+    monkeypatch.setattr(spiketrace.capture.tensors.registry, "immediate_stats", warning_scan)
     monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", "native_record")  # every scan through the registry
     x = torch.randn(8, 8)
     with warnings.catch_warnings():
@@ -225,7 +225,7 @@ def test_a_warning_made_an_error_by_the_user_is_not_a_capture_failure(tmp_path, 
 
 def test_a_functorch_wrapped_tensor_has_null_statistics_and_no_failure():
     seen = []
-    registry = capture.tensors.TensorRegistry(
+    registry = spiketrace.capture.tensors.registry.TensorRegistry(
         TableBuffer("tensors", TABLES["tensors"]), TableBuffer("tensor_frees", TABLES["tensor_frees"]),
         lambda: 0, {}, report_failure=lambda exc, seq: seen.append(exc))
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from analyze import open_trace
-from capture import Recorder, RecorderError, record_inference, record_training_step, schedule
-from capture.example import SpikingMLP, example_batch
-from capture.writer import TracePathError
+from spiketrace.analyze import open_trace
+from spiketrace.capture import Recorder, RecorderError, record_inference, record_training_step, schedule
+from spiketrace.capture.session.example import SpikingMLP, example_batch
+from spiketrace.capture.store.writer import TracePathError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,7 +154,7 @@ def test_a_tensor_freed_while_a_flush_writes_keeps_its_row_for_the_next_part(tmp
     # of a flush (a cyclic collection, another thread). Here a tensor dies after tensor_frees
     # was turned into Arrow and before the flush ends: its row must reach the next part, and
     # every part and count must agree (before, the flush counted it and then cleared it).
-    from capture import writer as writer_module
+    from spiketrace.capture.store import writer as writer_module
 
     doomed = []
     real_write_part = writer_module.TraceWriter._write_part
@@ -188,7 +188,7 @@ def test_deferred_statistics_of_a_row_written_during_a_flush_land_on_that_row(tm
     # path), a tensors row remembers where its nnz goes. An op recorded while a flush writes
     # its parts leaves its rows for the next part: its statistics must still fill its own row
     # there, not the row that now sits at its old index.
-    from capture import writer as writer_module
+    from spiketrace.capture.store import writer as writer_module
 
     made = []
     real_write_part = writer_module.TraceWriter._write_part
@@ -217,7 +217,7 @@ CRASHING_SCRIPT = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, {repo!r})
-    from capture import Recorder
+    from spiketrace.capture import Recorder
     with Recorder({path!r}, flush_events=200) as recorder:
         with recorder.stage("forward"):
             x = torch.ones(8)
@@ -273,7 +273,7 @@ def test_only_the_recorders_users_import_it():
     for path in sorted((REPO / "capture").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []
-            if any(name == "capture.recorder" for name in names):
+            if any(name == "spiketrace.capture.session.recorder" for name in names):
                 importers.append(path.name)
     assert importers and set(importers) <= allowed, importers
 
@@ -286,7 +286,7 @@ def _reference_stats(t: torch.Tensor) -> tuple[int, bool]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                                    torch.int8, torch.uint8, torch.bool, torch.complex64])
 def test_value_statistics_are_exact_and_leave_storages_resizable(dtype):
-    from capture.tensors import immediate_stats
+    from spiketrace.capture.tensors.registry import immediate_stats
 
     generator = torch.Generator().manual_seed(0)
     binary = (torch.rand(40, 30, generator=generator) < 0.3).to(dtype)
@@ -314,7 +314,7 @@ def test_value_statistics_are_exact_and_leave_storages_resizable(dtype):
 
 
 def test_failures_are_counted_per_kind_and_logged_once(tmp_path, caplog):
-    from capture.failures import FailureLog
+    from spiketrace.capture.store.failures import FailureLog
 
     saved = []
     log = FailureLog(str(tmp_path / "trace"), on_new_kind=lambda: saved.append(len(log.entries)))
@@ -338,9 +338,9 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
     the user's ops never see an error."""
     import pyarrow.parquet as pq
 
-    import capture.writer
+    import spiketrace.capture.store.writer
 
-    real_write = capture.writer._write_all
+    real_write = spiketrace.capture.store.writer._write_all
 
     def write_all(fd, data):
         where = os.readlink(f"/proc/self/fd/{fd}")  # the file being written (Linux)
@@ -354,7 +354,7 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
             x = x * 1.5  # flushes after 10 and 20 events happen inside these ops
         return x
 
-    monkeypatch.setattr(capture.writer, "_write_all", write_all)
+    monkeypatch.setattr(spiketrace.capture.store.writer, "_write_all", write_all)
     with Recorder(tmp_path / "t", flush_events=10) as recorder, recorder.stage("forward"):
         captured = work()
     assert torch.equal(captured, work())
@@ -370,7 +370,7 @@ def test_a_failed_flush_is_undone_and_the_trace_marked_failed(tmp_path, monkeypa
 
 
 def test_start_up_accepts_another_ranks_files_in_any_stage(tmp_path):
-    from capture.writer import prepare_root
+    from spiketrace.capture.store.writer import prepare_root
 
     root = tmp_path / "t"
     root.mkdir()

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analyze.cli import main
-from analyze.trace import TraceError
-from capture.writer import TraceWriter
-from schemas import layout
-from schemas.version import SCHEMA_VERSION
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.trace import TraceError
+from spiketrace.capture.store.writer import TraceWriter
+from spiketrace.schemas import layout
+from spiketrace.schemas.version import SCHEMA_VERSION
 from tests.test_trace_reader import OPS, STAGES, TENSORS, fill, part, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +130,7 @@ def test_real_subprocess_exit_codes_and_one_line_error(trace_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True, env=env)
+        return subprocess.run([sys.executable, "-m", "spiketrace.analyze.cli", *map(str, args)], capture_output=True, text=True, env=env)
 
     ok = cli("validate", trace_dir)
     assert ok.returncode == 0 and ok.stdout.startswith("OK")
@@ -144,7 +144,7 @@ def test_real_subprocess_exit_codes_and_one_line_error(trace_dir, tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("capture.example") is None, reason="capture/example.py not written yet")
+@pytest.mark.skipif(importlib.util.find_spec("spiketrace.capture.session.example") is None, reason="capture/session/example.py not written yet")
 def test_demo_records_and_summarises(tmp_path):
     result = run("demo", tmp_path / "demo", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -158,7 +158,7 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path):
     import torch
     from torch import nn
 
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     model = nn.Linear(3, 2)  # no spiking layer: nothing to draw a spike heatmap of
     with Recorder(tmp_path / "trace", model=model):
@@ -175,12 +175,12 @@ def test_help_is_fast_to_load_and_matches_the_commands():
     import subprocess
     import sys
 
-    from analyze.cli.app import COMMANDS, MODEL_NAMES
-    from analyze.energy import MODELS
+    from spiketrace.analyze.cli.app import COMMANDS, MODEL_NAMES
+    from spiketrace.analyze.energy import MODELS
 
     assert set(MODEL_NAMES) == set(MODELS)
     # `spiketrace --help` imports no command module, so none of pandas, DuckDB, pyarrow
-    code = ("import sys; from analyze.cli import main\n"
+    code = ("import sys; from spiketrace.analyze.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('pandas', 'duckdb', 'pyarrow', 'numpy') if m in sys.modules]\n"
             "assert not heavy, heavy\n")

@@ -22,9 +22,9 @@ import duckdb
 import pandas as pd
 import pytest
 
-from analyze.cli import main
-from analyze.cli.app import COMMANDS
-from analyze.present.units import format_energy
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.cli.app import COMMANDS
+from spiketrace.analyze.present.units import format_energy
 from tests.training_runs import record_ranks
 
 FILTERS = ("--stage", "--phase", "--step", "--rank", "--module")

@@ -1,4 +1,4 @@
-"""Compaction (capture/compaction.py): small parts merged into few, rows and numbers unchanged,
+"""Compaction (capture/store/compaction.py): small parts merged into few, rows and numbers unchanged,
 damage never merged, and a failure leaves the committed trace as it was."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from analyze import open_trace
-from analyze.counters import count
-from analyze.energy import energy
-from capture.compaction import CompactionError, compact_rank, plan
-from capture.writer import atomic_write_text, write_part
-from schemas import layout
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy
+from spiketrace.capture.store.compaction import CompactionError, compact_rank, plan
+from spiketrace.capture.store.writer import atomic_write_text, write_part
+from spiketrace.schemas import layout
 
 pytest.importorskip("spikingjelly")
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from capture.conv_taps import (
+from spiketrace.capture.ops.conv_taps import (
     conv_both_binary_sum,
     conv_spike_taps,
     coverage_map,
@@ -155,7 +155,7 @@ class _Recorder(TorchDispatchMode):
 
 @pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.enable_grad, torch.inference_mode])
 def test_no_ops_leak_to_dispatch_mode(grad_mode):
-    from capture import conv_taps
+    from spiketrace.capture.ops import conv_taps
 
     # Empty caches, so the mode would also see the coverage map being built and copied.
     conv_taps._cached_map.cache_clear()
@@ -216,7 +216,7 @@ def _aten_accepts(form) -> bool:
 @settings(max_examples=120, deadline=None)
 @given(st.booleans().flatmap(lambda t: st.tuples(st.just(t), short_form_cases(transposed=t))))
 def test_every_argument_form_counts_like_the_full_form(drawn):
-    from capture import op_statistics
+    from spiketrace.capture.ops import op_statistics
 
     transposed, (case, forms) = drawn
     full = _our_value(case, transposed)
@@ -262,7 +262,7 @@ def test_hand_derived_one_element_forms():
 
 def _conv_stats(path, weight, defer: bool) -> list[tuple[int, str, float]]:
     """(conv number, statistic, value) of three convolutions of binary spikes, recorded."""
-    from capture import Recorder
+    from spiketrace.capture import Recorder
     from tests.real_jobs.tracefiles import table
 
     x = (torch.rand(2, 3, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.4).float()
@@ -282,7 +282,7 @@ def test_deferred_both_binary_statistic_waits_on_nothing_and_keeps_only_binary_w
     # equal those read at once on CPU.
     import json
 
-    import capture.scalar_rows
+    import spiketrace.capture.ops.scalar_rows
 
     generator = torch.Generator().manual_seed(0)
     weight = (torch.rand(4, 3, 3, 3, generator=generator) < 0.5).float()
@@ -293,7 +293,7 @@ def test_deferred_both_binary_statistic_waits_on_nothing_and_keeps_only_binary_w
     def host_read(t):
         raise AssertionError("the deferred path read a tensor on the host")
 
-    monkeypatch.setattr(capture.scalar_rows, "immediate_stats", host_read)
+    monkeypatch.setattr(spiketrace.capture.ops.scalar_rows, "immediate_stats", host_read)
     deferred = _conv_stats(tmp_path / "deferred", weight, defer=True)
     assert json.loads((tmp_path / "deferred" / "manifest.json").read_text())["degraded"] == []
     assert deferred == immediate

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from analyze import open_trace
-from analyze.counters import StrictModeError, count
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import StrictModeError, count
+from spiketrace.capture import Recorder
 
 
 def capture_ops(tmp_path, fn):
@@ -170,7 +170,7 @@ def test_filters_select_events(tmp_path):
 
 
 def test_chunked_counting_equals_one_pass(tmp_path):
-    from capture.example import record_demo
+    from spiketrace.capture.session.example import record_demo
 
     with open_trace(record_demo(tmp_path / "demo")) as trace:
         whole = count(trace, by=["stage"])

@@ -12,9 +12,9 @@ import pytest
 from torch import nn
 from torch.overrides import resolve_name
 
-from analyze import open_trace
-from analyze.counters import COUNTERS, count
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import COUNTERS, count
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based.op_counter import (
     ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
 )

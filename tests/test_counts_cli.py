@@ -1,5 +1,5 @@
 """`spiketrace counts`: its tables, its JSON contract, its tidy frame and its exit codes, on the
-demo trace (capture/example.py: SpikingMLP, fc1 = Linear(64, 32), fc2 = Linear(32, 10), inputs
+demo trace (capture/session/example.py: SpikingMLP, fc1 = Linear(64, 32), fc2 = Linear(32, 10), inputs
 [T=4, N=8, 64], one SGD training step)."""
 
 import io
@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analyze import open_trace
-from analyze.cli import main
-from analyze.counters import count, mac
-from analyze.present.counts import OUTSIDE_LEAVES, human
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import count, mac
+from spiketrace.analyze.present.counts import OUTSIDE_LEAVES, human
 
 pytest.importorskip("torch")
-from capture.example import record_demo  # noqa: E402
+from spiketrace.capture.session.example import record_demo  # noqa: E402
 
 COUNTER_KEYS = {"total", "by_scope", "unsupported", "coverage", "coverage_calls", "not_applicable"}
 TRACE_KEYS = {"path", "schema_version", "complete", "ranks", "events",
@@ -205,7 +205,7 @@ def test_strict_passes_on_the_demo_and_fails_on_a_real_gap(demo, tmp_path):
     assert run(demo, "--strict").exit_code == 0  # every op the counters apply to has a rule
     import torch
 
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     x = torch.ones(2, 2)
     with Recorder(tmp_path / "gap") as recorder, recorder.stage("forward"):

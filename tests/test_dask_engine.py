@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze import many, open_trace
-from analyze.cli import main
-from analyze.counters import ALL_COUNTERS, COUNTERS, count
-from analyze.energy import energy
-from analyze.many import RANK_ADDITIVE_MODELS
+from spiketrace.analyze import many, open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import ALL_COUNTERS, COUNTERS, count
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.many import RANK_ADDITIVE_MODELS
 from tests.training_runs import record_ranks
 
 distributed = pytest.importorskip("distributed")

@@ -14,12 +14,12 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from analyze import open_trace
-from analyze.cli import main
-from analyze.counters import count
-from analyze.present.diff import ConditionError, diff_traces
-from analyze.energy import energy
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.present.diff import ConditionError, diff_traces
+from spiketrace.analyze.energy import energy
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based import neuron
 
 

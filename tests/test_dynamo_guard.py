@@ -1,4 +1,4 @@
-"""capture/dispatch.py keeps TorchDynamo out of the recording handler by itself (its code
+"""capture/ops/dispatch.py keeps TorchDynamo out of the recording handler by itself (its code
 marked skip, the eval-frame callback off while it runs) instead of torch's per-call
 torch._disable_dynamo wrapper: a compiled function called under capture never has a frame of
 capture/ handed to Dynamo, and the user's result is the one it gives without capture."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from capture import Recorder
-from capture.dispatch import RecordingMode, set_eval_frame
+from spiketrace.capture import Recorder
+from spiketrace.capture.ops.dispatch import RecordingMode, set_eval_frame
 
 
 def test_the_handler_is_not_wrapped_when_torch_has_the_switches():

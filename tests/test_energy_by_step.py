@@ -18,10 +18,10 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from analyze import open_trace
-from analyze.cli import main
-from analyze.energy import energy
-from analyze.present.sql_tables import register_energy
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.present.sql_tables import register_energy
 from tests.training_runs import record, record_ranks
 
 STEPS = 3

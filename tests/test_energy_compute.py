@@ -12,11 +12,11 @@ import math
 
 import pytest
 
-from analyze import open_trace
-from analyze.counters import count
-from analyze.energy import energy, load_preset, recost
-from analyze.energy.compute import Costs
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy, load_preset, recost
+from spiketrace.analyze.energy.compute import Costs
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based.op_counter import (
     SimpleEnergyConfig, SimpleEnergyCostConfig, SimpleEnergyProfiler,
 )
@@ -116,7 +116,7 @@ def test_energy_and_recost_cli(tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from analyze.cli import main
+    from spiketrace.analyze.cli import main
 
     path = record(tmp_path, CASES[0], "sgd_momentum")
     runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Each fast path of the capture (capture/fast_paths.py) records exactly what its slow path does.
+"""Each fast path of the capture (capture/session/fast_paths.py) records exactly what its slow path does.
 
 The same deterministic training run is captured with every fast path on, with all of them
 off (SPIKETRACE_SLOW_PATHS=all) and with each one off alone; every column of every table
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from analyze import open_trace
-from analyze.counters import counts
-from capture import Recorder
-from capture.fast_paths import ENVIRONMENT_VARIABLE, FAST_PATHS, enabled_fast_paths
-from schemas.tables import TABLES
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import counts
+from spiketrace.capture import Recorder
+from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE, FAST_PATHS, enabled_fast_paths
+from spiketrace.schemas.tables import TABLES
 from tests import zoo
 
 CASES = [c for c in zoo.CASES if c.name in ("sew", "attention", "multistep")]

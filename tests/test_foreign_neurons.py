@@ -21,10 +21,10 @@ import torch
 from spikingjelly.activation_based import neuron as sj_neuron
 from torch import nn
 
-from analyze import neurons, open_trace
-from analyze.counters import count
-from analyze.energy import energy, lemaire
-from capture import Recorder
+from spiketrace.analyze import neurons, open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy, lemaire
+from spiketrace.capture import Recorder
 
 X = torch.tensor([[1.0, 0.0, 1.0]])  # binary, batch 1
 WEIGHT = torch.tensor([[0.8, 0.5, 0.4], [0.2, 0.0, 0.3]])  # W x = [1.2, 0.5] every step

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from analyze import TraceError, open_trace
-from capture import Recorder
-from capture.writer import TracePathError
-from schemas import layout
+from spiketrace.analyze import TraceError, open_trace
+from spiketrace.capture import Recorder
+from spiketrace.capture.store.writer import TracePathError
+from spiketrace.schemas import layout
 
 
 def snapshot(directory: Path) -> dict[str, str]:

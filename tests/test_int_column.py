@@ -1,4 +1,4 @@
-"""capture._native.IntColumn (capture/_native_column.c) behaves as array.array does for what the
+"""spiketrace.capture.native._native.IntColumn (capture/native/_native_column.c) behaves as array.array does for what the
 buffers do with it, and the record's tables use it: array.array is the oracle."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from array import array
 
 import pytest
 
-from capture.table_buffer import COMPILED_RECORD_TABLES, TableBuffer
-from schemas.tables import TABLES
+from spiketrace.capture.store.table_buffer import COMPILED_RECORD_TABLES, TableBuffer
+from spiketrace.schemas.tables import TABLES
 
-native = pytest.importorskip("capture._native")
+native = pytest.importorskip("spiketrace.capture.native._native")
 IntColumn = native.IntColumn
 
 WIDTHS = {"b": 8, "h": 16, "i": 32, "q": 64}
@@ -92,8 +92,8 @@ def test_a_q_column_widens_in_place_when_a_value_needs_eight_bytes():
 
 def test_a_column_of_each_width_becomes_the_same_arrow_column(tmp_path):
     # the writer reads an IntColumn's items at their width now and casts to the schema's type
-    from capture.writer import TraceWriter
-    from analyze import open_trace
+    from spiketrace.capture.store.writer import TraceWriter
+    from spiketrace.analyze import open_trace
     writer = TraceWriter(tmp_path / "t")
     frees = writer.tables["tensor_frees"]
     frees.append(uid=3, freed_seq=7)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyze.cli import main
-from capture import Recorder
-from schemas import layout
+from spiketrace.analyze.cli import main
+from spiketrace.capture import Recorder
+from spiketrace.schemas import layout
 from tests.trace_surgery import rewrite_part
 
 

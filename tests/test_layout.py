@@ -1,9 +1,12 @@
-"""The layout the README's architecture section draws: no import cycles, modules that fit on a
-few screens, a small analyze/ top level without prefix families of modules."""
+"""The layout docs/design.md draws: one package `spiketrace` whose parts are the repository's
+top-level folders, capture/ in rooms along the record path that import only rooms below
+them, no import cycles, modules that fit on a few screens, a small analyze/ top level without
+prefix families of modules."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +21,7 @@ def module_files() -> dict[str, Path]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            name = "spiketrace." + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             modules[name] = path
     return modules
 
@@ -87,10 +90,11 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking(tmp_path):
     package = tmp_path / "analyze"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "one.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analyze.two import X\n")
-    (package / "two.py").write_text("def f():\n    from analyze import one\n")
-    modules = {"analyze": package / "__init__.py", "analyze.one": package / "one.py", "analyze.two": package / "two.py"}
-    assert cycles(import_graph(modules)) == [["analyze.one", "analyze.two"]]
+    (package / "one.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from spiketrace.analyze.two import X\n")
+    (package / "two.py").write_text("def f():\n    from spiketrace.analyze import one\n")
+    modules = {"spiketrace.analyze": package / "__init__.py", "spiketrace.analyze.one": package / "one.py",
+               "spiketrace.analyze.two": package / "two.py"}
+    assert cycles(import_graph(modules)) == [["spiketrace.analyze.one", "spiketrace.analyze.two"]]
 
 
 def test_no_import_cycles():
@@ -118,3 +122,62 @@ def test_no_prefix_families_of_sibling_modules():
                 prefixes[path.stem.split("_", 1)[0]].append(path.name)
             families += [sorted(names) for names in prefixes.values() if len(names) > 1]
     assert not families, families
+
+
+# capture/'s rooms along the record path, highest first: a module imports (at run time) only
+# modules of its own room or of rooms below it. `context` (capture/context.py, the state one
+# recording shares) sits between the rooms that write records and the store; the package's
+# __init__ imports nothing of its rooms (its names are loaded lazily).
+CAPTURE_ROOMS = ("session", "ops", "modules", "tensors", "context", "store", "native")
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The spiketrace modules `path` imports outside `if TYPE_CHECKING:` blocks."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("spiketrace"):
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("spiketrace"))
+    return found
+
+
+def _capture_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "capture" and parts[2] in CAPTURE_ROOMS else None
+
+
+def test_capture_rooms_import_only_rooms_below_them():
+    rank = {room: len(CAPTURE_ROOMS) - i for i, room in enumerate(CAPTURE_ROOMS)}
+    upward = []
+    for name, path in module_files().items():
+        room = _capture_room(name)
+        if room is None:
+            continue
+        for target in _runtime_imports(path):
+            other = _capture_room(target)
+            if other is not None and rank[other] > rank[room]:
+                upward.append(f"{name} ({room}) imports {target} ({other})")
+    assert not upward, upward
+
+
+def test_capture_is_only_rooms():
+    loose = sorted(p.name for p in (ROOT / "capture").glob("*.py") if p.stem not in ("__init__", "context"))
+    folders = sorted(p.name for p in (ROOT / "capture").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert not loose and folders == sorted(set(CAPTURE_ROOMS) - {"context"}), (loose, folders)
+
+
+def test_the_package_list_names_every_folder():
+    """pyproject.toml maps spiketrace.capture/analyze/schemas onto the folders and lists their
+    packages one by one (setuptools cannot find packages under a mapped name): none missing."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {"spiketrace." + ".".join(init.parent.relative_to(ROOT).parts)
+               for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")}
+    assert set(config["packages"]) == folders
+    assert config["package-dir"] == {f"spiketrace.{package}": package for package in PACKAGES}

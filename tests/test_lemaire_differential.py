@@ -26,11 +26,11 @@ from spikingjelly.activation_based.op_counter import (
 )
 from torch import nn
 
-from analyze import open_trace
-from analyze.energy import energy, lemaire, recost
-from analyze.energy import load_preset
-from analyze.presets import PRESET_DIR
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import energy, lemaire, recost
+from spiketrace.analyze.energy import load_preset
+from spiketrace.analyze.presets import PRESET_DIR
+from spiketrace.capture import Recorder
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, dense, run_steps, spikes
 
 ORACLES = Path(__file__).resolve().parent / "oracles"
@@ -374,7 +374,7 @@ def strip_units(tree, prefix=""):
     """The TOML tree with each {value, unit} turned into the number in the unit lemaire declares."""
     import fnmatch
 
-    from analyze.presets import convert
+    from spiketrace.analyze.presets import convert
 
     out = {}
     for k, v in tree.items():

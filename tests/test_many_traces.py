@@ -1,5 +1,5 @@
 """Several traces at once: `spiketrace counts|energy TRACE...` (or a directory of traces) adds
-them up, `--by trace` shows each, and analyze.many gives both from Python.
+them up, `--by trace` shows each, and spiketrace.analyze.many gives both from Python.
 
 The sweep: seed=2 (two ranks, two training steps) and seed=10 (one rank, one step), in one
 directory; natural order puts seed=2 first. Each trace's part of a combination must equal
@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze import many, open_trace
-from analyze.cli import main
-from analyze.counters import count
-from analyze.energy import energy
-from analyze.many import find_traces
+from spiketrace.analyze import many, open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.many import find_traces
 from tests.training_runs import record, record_ranks
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # model scope: training traces, on purpose
@@ -113,7 +113,7 @@ def test_what_cannot_be_combined_is_refused_in_one_line(sweep, tmp_path, monkeyp
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run("counts", empty).exit_code == 2 and "none of its subdirectories" in run("counts", empty).output
-    from capture import record_inference
+    from spiketrace.capture import record_inference
     from tests.training_runs import build, batches
 
     net = build()

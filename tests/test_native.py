@@ -1,4 +1,4 @@
-"""The compiled per-op path (capture/_native.c, capture/_native_record.c and its parts, capture/native.py).
+"""The compiled per-op path (capture/native/_native.c, capture/native/_native_record.c and its parts, capture/native/__init__.py).
 
 Its one-pass scan must give every tensor's (nnz, is01) exactly as a Python reading of the
 values does, whatever the dtype, layout or odd value; its per-op record must write the very
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import capture.native
-from analyze import open_trace
-from capture import Recorder
-from capture.dispatch import OpLog
-from capture.fast_paths import ENVIRONMENT_VARIABLE
-from capture.value_counts import python_stats
-from schemas.tables import TABLES
+import spiketrace.capture.native
+from spiketrace.analyze import open_trace
+from spiketrace.capture import Recorder
+from spiketrace.capture.ops.dispatch import OpLog
+from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE
+from spiketrace.capture.tensors.value_counts import python_stats
+from spiketrace.schemas.tables import TABLES
 from tests.test_fast_paths import ORDER
 
 
@@ -36,7 +36,7 @@ def test_the_extension_was_built():
     # falls back to Python, which a machine that means to can declare.
     if os.environ.get("SPIKETRACE_NO_NATIVE") == "1":
         pytest.skip("SPIKETRACE_NO_NATIVE=1: this install has no compiled path")
-    assert capture.native.AVAILABLE
+    assert spiketrace.capture.native.AVAILABLE
 
 
 def _reference(t: torch.Tensor) -> tuple[int, bool]:
@@ -84,12 +84,12 @@ def _cases(dtype: torch.dtype) -> dict[str, torch.Tensor]:
 def test_the_scan_counts_what_the_values_say(dtype):
     for name, t in _cases(dtype).items():
         expected = _reference(t)
-        assert capture.native.scan_stats(t) == expected, (dtype, name)
+        assert spiketrace.capture.native.scan_stats(t) == expected, (dtype, name)
         assert python_stats(t) == expected, (dtype, name)
 
 
 def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path")
     # torch's Linux wheels run their CPU kernels on libgomp; the scan shares that team.
     if "OpenMP" not in torch.__config__.parallel_info():
@@ -98,17 +98,17 @@ def test_the_scan_finds_the_openmp_runtime_torch_runs_on(shared_scans):
 
 
 def test_the_scan_finds_the_runtime_when_the_module_loaded_before_torch():
-    # capture._native without torch (the writer's flush imports it, analyses may): the runtime
+    # spiketrace.capture.native._native without torch (the writer's flush imports it, analyses may): the runtime
     # torch loads later is found at the first large scan.
-    if not capture.native.AVAILABLE or "OpenMP" not in torch.__config__.parallel_info():
+    if not spiketrace.capture.native.AVAILABLE or "OpenMP" not in torch.__config__.parallel_info():
         pytest.skip("no compiled path, or a torch without OpenMP")
     script = (
         "import sys\n"
-        "from capture import _native\n"
+        "from spiketrace.capture.native import _native\n"
         "assert 'torch' not in sys.modules\n"
         "before = _native.parallel_scan()[0]\n"
         "import torch\n"
-        "from capture.native import scan_stats\n"
+        "from spiketrace.capture.native import scan_stats\n"
         "x = (torch.rand(1 << 20) < 0.5).float()\n"
         "assert scan_stats(x) == (int((x != 0).sum()), True)\n"
         "print(before, _native.parallel_scan()[0])\n"
@@ -120,36 +120,36 @@ def test_the_scan_finds_the_runtime_when_the_module_loaded_before_torch():
 @pytest.mark.parametrize("threads", [2, 3, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64], ids=str)
 def test_a_scan_shared_among_threads_counts_what_the_values_say(shared_scans, dtype, threads):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path")
     # Cut into `threads` runs of a multiple of 64 elements each, across row ends of strided
     # views (transposed, sliced, flipped, expanded), the counts are the reference's.
     torch.set_num_threads(threads)  # the team the scan asks torch's runtime for
     for name, t in _cases(dtype).items():
-        assert capture.native.scan_stats(t) == _reference(t), (dtype, threads, name)
+        assert spiketrace.capture.native.scan_stats(t) == _reference(t), (dtype, threads, name)
     ragged = (torch.rand(7, 129, 3) < 0.5).to(dtype)[:, 1:, ::2]  # rows of 128 x 2 elements
-    assert capture.native.scan_stats(ragged) == _reference(ragged)
+    assert spiketrace.capture.native.scan_stats(ragged) == _reference(ragged)
 
 
 def test_parallel_scan_refuses_settings_it_cannot_keep():
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path")
-    before = capture.native._native.parallel_scan()
+    before = spiketrace.capture.native._native.parallel_scan()
     for bad in ({"min_bytes": -1}, {"max_threads": 0}, {"max_threads": 65}):
         with pytest.raises(ValueError, match="parallel_scan"):
-            capture.native._native.parallel_scan(**bad)
-    assert capture.native._native.parallel_scan() == before
+            spiketrace.capture.native._native.parallel_scan(**bad)
+    assert spiketrace.capture.native._native.parallel_scan() == before
 
 
 def test_a_bool_is_true_whatever_byte_holds_it():
     odd = torch.tensor([0, 2, 1, 255], dtype=torch.uint8).view(torch.bool)  # bytes 2 and 255 read True
     assert _reference(odd) == (3, True)
-    assert capture.native.scan_stats(odd) == python_stats(odd) == (3, True)
+    assert spiketrace.capture.native.scan_stats(odd) == python_stats(odd) == (3, True)
 
 
 def test_formats_the_scan_cannot_read_are_left_to_python():
-    assert capture.native.scan_stats(torch.zeros(3, dtype=torch.complex64)) is None
-    assert capture.native.scan_stats(torch._neg_view(torch.ones(3))) is None  # its memory holds 1, its values -1
+    assert spiketrace.capture.native.scan_stats(torch.zeros(3, dtype=torch.complex64)) is None
+    assert spiketrace.capture.native.scan_stats(torch._neg_view(torch.ones(3))) is None  # its memory holds 1, its values -1
 
 
 class UserNet(nn.Module):
@@ -215,7 +215,7 @@ TUPLE_OUTPUTS = ("aten.convolution_backward.default", "aten.native_batch_norm.de
 def test_ops_with_tuple_outputs_take_the_compiled_record(tmp_path, monkeypatch):
     # Ops returning a tuple of tensors and Nones are the compiled record's too; what it
     # writes for them is the Python record's (the comparison below).
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
     in_python = []
     record_in_python = OpLog.record_in_python
@@ -239,7 +239,7 @@ def test_ops_with_tuple_outputs_take_the_compiled_record(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("level", ["full", "synaptic", "none"])
 def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path, monkeypatch, level):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
     native = _run(tmp_path / "native", "", monkeypatch, level)
     python = _run(tmp_path / "python", "native_record", monkeypatch, level)
@@ -258,15 +258,15 @@ def test_the_compiled_record_writes_the_trace_the_python_record_writes(tmp_path,
 
 
 def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypatch):
-    import capture.tensors
+    import spiketrace.capture.tensors.registry
 
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
 
     def broken(self, t):
         raise RuntimeError("injected failure naming a tensor kind")
 
-    monkeypatch.setattr(capture.tensors.TensorRegistry, "kind_of", broken)  # read on a kind-cache miss
+    monkeypatch.setattr(spiketrace.capture.tensors.registry.TensorRegistry, "kind_of", broken)  # read on a kind-cache miss
     torch.manual_seed(0)
     net = UserNet()
     x = torch.rand(8, 12)
@@ -281,16 +281,16 @@ def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypa
 
 
 def test_the_compiled_handler_counts_capture_failures_and_raises_only_the_users_errors(tmp_path, monkeypatch):
-    # capture/_native_dispatch.c takes an op's calls once its plan is compiled (from its
+    # capture/native/_native_dispatch.c takes an op's calls once its plan is compiled (from its
     # second call): a failure of the record it runs (here the per-op scalars of addmm) is a
     # degraded entry, the user's result untouched; the user's own error (a shape mismatch)
     # reaches the user as torch raises it; the context lock is released on every path (a
     # second thread can take it).
     import threading
 
-    from capture.scalar_rows import OpScalars
+    from spiketrace.capture.ops.scalar_rows import OpScalars
 
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
 
     def broken(self, name, seq, args, out):
@@ -331,7 +331,7 @@ def test_the_compiled_handler_counts_capture_failures_and_raises_only_the_users_
 
 
 def _large_ops(x: torch.Tensor, spikes: torch.Tensor, row: torch.Tensor, part: torch.Tensor) -> list[torch.Tensor]:
-    """Ops with a propagation rule (capture/propagation.py) on outputs of 2**18 elements and
+    """Ops with a propagation rule (capture/tensors/propagation.py) on outputs of 2**18 elements and
     more, above the size from which the compiled record hands a Python rule's op to Python
     (PYTHON_RULE_FROM, 2**17), and the same ops where the rule cannot apply."""
     zeros = torch.zeros_like(x)
@@ -370,7 +370,7 @@ def _run_large(path, slow: str, monkeypatch) -> dict:
 
 
 def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_record_does(tmp_path, monkeypatch):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
     native = _run_large(tmp_path / "native", "", monkeypatch)
     python = _run_large(tmp_path / "python", "native_record", monkeypatch)
@@ -386,7 +386,7 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     # keyed apart from the int 1), the two sums and the softmax (a bool argument or none), the
     # three stacks and cats (tensor lists; their parts' counts added up) and zeros_like (its
     # keywords hold no tensor). To Python went spikes * 0.5 and spikes * 3:
-    # their rule rounds the product in the dtype (capture/propagation.py _unit_product),
+    # their rule rounds the product in the dtype (capture/tensors/propagation.py _unit_product),
     # which the C code leaves to it.
     assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 10 + 3 + 3 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
@@ -423,10 +423,10 @@ def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, m
     # one changed. Both must write the same neuron_memories rows at the same seqs: in the
     # middle of the forward (after each reassignment), not only when the module is left.
     pytest.importorskip("spikingjelly")
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
 
-    from capture.tensors import TensorRegistry
+    from spiketrace.capture.tensors.registry import TensorRegistry
 
     python_describe = TensorRegistry.describe
 
@@ -457,7 +457,7 @@ def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, m
     python, _, python_in_python = run(tmp_path / "python", "native_record")
     assert recorded > 0
     pd.testing.assert_frame_equal(native, python)
-    # the compiled record describes the memory tensors itself (capture/_native_hooks.c describe)
+    # the compiled record describes the memory tensors itself (capture/native/_native_hooks.c describe)
     assert native_in_python == 0 and python_in_python > 0
     tensors = native[native["kind"] == "tensor"]
     assert len(tensors) and tensors["nnz"].notna().all()  # level "full": each memory state scanned
@@ -470,9 +470,9 @@ def test_ops_with_per_op_scalars_take_the_compiled_record_and_keep_their_scalars
     # per-op scalars are taken in Python with the event's seq (OpLog.took_natively). The
     # traces equal the Python path's (test above); here: they no longer reach the Python
     # record, and their op_stats rows sit on their own events.
-    from capture import dispatch
+    from spiketrace.capture.ops import dispatch
 
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
     in_python = []
     record_in_python = dispatch.OpLog.record_in_python

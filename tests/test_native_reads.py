@@ -1,8 +1,8 @@
 """How the compiled record reads a tensor's attributes and takes the trace's counters.
 
-capture/_native_attrs.c calls torch's getters directly, found once per tensor type: what it
+capture/native/_native_attrs.c calls torch's getters directly, found once per tensor type: what it
 reads must be what getattr gives, for every kind of tensor, and must follow a type whose
-attributes change after the getters were found. capture/_native_counter.c's Counter must
+attributes change after the getters were found. capture/native/_native_counter.c's Counter must
 count as the Python counter it replaces does, and the context's `seq` read and set through it.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import capture.native
-from capture.context import RecordingContext
-from capture.counters import PythonCounter, new_counter
+import spiketrace.capture.native
+from spiketrace.capture.context import RecordingContext
+from spiketrace.capture.native.counters import PythonCounter, new_counter
 
-native = capture.native._native
+native = spiketrace.capture.native._native
 pytestmark = pytest.mark.skipif(native is None, reason="the extension is not built")
 
 NAMES = ("_version", "shape", "requires_grad", "dtype", "device", "is_cpu", "layout", "is_meta")

@@ -1,4 +1,4 @@
-"""The compiled per-op scalars (capture/_native_pairs.c, capture/_native_ternary.c) equal their
+"""The compiled per-op scalars (capture/native/_native_pairs.c, capture/native/_native_ternary.c) equal their
 definitions, computed here with torch on every value: NeuroBench's nonzero-pair count of a
 matrix product, its ternary input check, and a convolution input's nonzeros per position;
 on every layout, dtype and odd value (NaN, inf, -0.0), and with the fast path
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import capture.native
+import spiketrace.capture.native
 
 
 def _pairs_by_torch(x, y):
@@ -51,10 +51,11 @@ def _pair_cases():
 
 @pytest.mark.parametrize("case", list(_pair_cases()))
 def test_the_compiled_pair_count_equals_the_definition(case):
-    from capture import shared_operands, op_statistics
+    from spiketrace.capture.ops import shared_operands
+    from spiketrace.capture.ops import op_statistics
 
     if op_statistics._compiled_pairs is None:
-        pytest.skip("capture._native not built")
+        pytest.skip("spiketrace.capture.native._native not built")
     x, y = _pair_cases()[case]
     got = op_statistics._gemm_pairs(x, y)
     assert isinstance(got, int)  # the compiled pass took it (an exact count)
@@ -65,12 +66,13 @@ def test_the_compiled_pair_count_equals_the_definition(case):
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_a_pair_count_shared_among_threads_equals_the_definition(shared_scans, threads):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path")
-    # Each operand's lines cut among threads (capture/_native_pairs.c lines_share): a run of
+    # Each operand's lines cut among threads (capture/native/_native_pairs.c lines_share): a run of
     # the reduced axis into a row of counts of its own, or a run of k straight into the counts,
     # whichever the pass walks outermost; every operand shared here whatever its size.
-    from capture import shared_operands, op_statistics
+    from spiketrace.capture.ops import shared_operands
+    from spiketrace.capture.ops import op_statistics
 
     torch.set_num_threads(threads)
     cases = dict(_pair_cases())
@@ -137,10 +139,11 @@ def _long_ternary_cases():
 
 @pytest.mark.parametrize("case", list(_ternary_cases()))
 def test_the_compiled_ternary_check_equals_the_definition(case):
-    from capture import shared_operands, op_statistics
+    from spiketrace.capture.ops import shared_operands
+    from spiketrace.capture.ops import op_statistics
 
     if op_statistics._compiled_ternary is None:
-        pytest.skip("capture._native not built")
+        pytest.skip("spiketrace.capture.native._native not built")
     x = _ternary_cases()[case]
     want = float(((x == 0) | (x.abs() == 1)).all())  # the definition, every value compared
     assert op_statistics._ternary(x) == want
@@ -170,7 +173,8 @@ def _spatial_cases():
 @pytest.mark.parametrize("case", list(_spatial_cases()))
 def test_the_compiled_spatial_counts_equal_the_definition(case):
     # A convolution input's nonzeros per position over batch and channels (conv spike taps).
-    from capture import shared_operands, op_statistics
+    from spiketrace.capture.ops import shared_operands
+    from spiketrace.capture.ops import op_statistics
 
     x = _spatial_cases()[case]
     want = (x != 0).double().sum(dim=(0, 1))
@@ -185,11 +189,12 @@ def test_the_compiled_spatial_counts_equal_the_definition(case):
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_spatial_counts_shared_among_threads_equal_the_definition(shared_scans, threads):
-    if not capture.native.AVAILABLE:
+    if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path")
-    # Cut into one run of positions per thread (capture/_native_pairs.c count_share, every
+    # Cut into one run of positions per thread (capture/native/_native_pairs.c count_share, every
     # count shared here whatever its size): the same counts, on each layout the pass reads.
-    from capture import shared_operands, op_statistics
+    from spiketrace.capture.ops import shared_operands
+    from spiketrace.capture.ops import op_statistics
 
     torch.set_num_threads(threads)
     torch.manual_seed(3)
@@ -221,8 +226,8 @@ def test_the_output_sum_of_a_binary_product_is_what_summing_its_output_gives(cas
     # float32/float64 every output element is an exact count, so the capture reads the sum off
     # the pair count; where the output rounds (half), it sums the output. Either way the trace
     # holds what summing the output gives, computed here on the output itself.
-    from analyze import open_trace
-    from capture import record_inference
+    from spiketrace.analyze import open_trace
+    from spiketrace.capture import record_inference
 
     op, x, y, exact = _binary_products()[case]
 

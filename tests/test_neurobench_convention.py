@@ -18,12 +18,12 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from analyze import open_trace
-from analyze.cli import main
-from analyze.counters import count, counts, neurobench
-from analyze.counters.neurobench import MissingStatisticsError
-from capture import Recorder, record_inference
-from schemas import layout
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import count, counts, neurobench
+from spiketrace.analyze.counters.neurobench import MissingStatisticsError
+from spiketrace.capture import Recorder, record_inference
+from spiketrace.schemas import layout
 from tests.trace_surgery import rewrite_part
 
 

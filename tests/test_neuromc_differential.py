@@ -34,9 +34,9 @@ from spikingjelly.activation_based.op_counter.neuromc import (
 from spikingjelly.activation_based.op_counter.neuromc import core as sj_core
 from torch import nn
 
-from analyze import open_trace
-from analyze.energy import energy, neuromc
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import energy, neuromc
+from spiketrace.capture import Recorder
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
 
 PRESET = Path(__file__).resolve().parent.parent / "analyze" / "presets" / "neuromc-like-v1.toml"
@@ -651,7 +651,7 @@ def test_record_training_step_leaves_model_and_optimizer_as_they_were(tmp_path):
     keep_step=True keeps the step."""
     from spikingjelly.activation_based.op_counter.neuromc import estimate_neuromc_runtime_energy
 
-    from capture import record_training_step
+    from spiketrace.capture import record_training_step
 
     case = BY_NAME["mlp"]
     model, x = build(case)

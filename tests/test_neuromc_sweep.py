@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyze import open_trace
-from analyze.energy import load_preset, recost
-from analyze.energy.neuromc import activity, cost
-from analyze.energy.neuromc.sweep import sweep_totals
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import load_preset, recost
+from spiketrace.analyze.energy.neuromc import activity, cost
+from spiketrace.analyze.energy.neuromc.sweep import sweep_totals
+from spiketrace.capture import Recorder
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 
 

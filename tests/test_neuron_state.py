@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from torch import nn
 from torch.overrides import resolve_name
 
-from analyze import open_trace
-from analyze.cli import main
-from analyze.counters import count
-from analyze.counters.neuron_state import METRICS, replay
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.counters.neuron_state import METRICS, replay
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based import neuron
 from spikingjelly.activation_based.op_counter import DispatchCounterMode, NeuronStateCounter
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps

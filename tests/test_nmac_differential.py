@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from analyze import open_trace
-from analyze.counters import count
-from analyze.counters.neuromorphic_memory_access import as_spikingjelly, neuromorphic_memory_access
-from analyze.counters.sql import MACROS
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.counters.neuromorphic_memory_access import as_spikingjelly, neuromorphic_memory_access
+from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based.op_counter import ModuleCounterMode, NeuromorphicMemoryAccessCounter
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
 

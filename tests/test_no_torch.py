@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from capture.example import record_demo
+from spiketrace.capture.session.example import record_demo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,13 +27,13 @@ BLOCK_TORCH = textwrap.dedent(
 ANALYSE = BLOCK_TORCH + textwrap.dedent(
     """
     import json
-    from analyze import count, open_trace
-    from analyze.cli import main
+    from spiketrace.analyze import count, open_trace
+    from spiketrace.analyze.cli import main
     with open_trace({trace!r}) as trace:
         problems = trace.validate()
         ops = trace.sql("SELECT op, count(*) AS n FROM events GROUP BY op").set_index("op")["n"].to_dict()
         flop = count(trace, ["flop", "neuromorphic_memory_access", "neuron_state"]).spikingjelly("flop")
-        from analyze.energy import MODELS, energy
+        from spiketrace.analyze.energy import MODELS, energy
         energies = {{model: energy(trace, model).to_json() for model in MODELS}}
     print(json.dumps({{"problems": problems, "ops": ops, "flop": flop, "torch": "torch" in sys.modules,
                       "energy_models": sorted(energies)}}))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyze import open_trace
-from analyze.counters import count
-from analyze.present.counts import counts_json, table_text, tidy_frame
-from analyze.present.energy_table import ordered_frame
-from analyze.present.report import spike_rates
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.present.counts import counts_json, table_text, tidy_frame
+from spiketrace.analyze.present.energy_table import ordered_frame
+from spiketrace.analyze.present.report import spike_rates
 from tests.training_runs import record, record_ranks
 
 MODELS = ("compute", "neuromc", "lemaire", "spikesim")

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze import open_trace
-from analyze.present import plots
-from analyze.cli import main
-from analyze.energy import energy, recost
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.present import plots
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.energy import energy, recost
+from spiketrace.capture import Recorder
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 
 

@@ -1,4 +1,4 @@
-"""Each statistics propagation rule (capture/propagation.py) gives exactly what a scan of the
+"""Each statistics propagation rule (capture/tensors/propagation.py) gives exactly what a scan of the
 output gives, on operands chosen to break a careless rule: NaN, infinities, -0.0, values that
 underflow or round, unsigned wrap-around, promotion and broadcasting; and it applies where
 it should (a rule that always said "scan" would pass the first test and fail the second)."""
@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from capture.propagation import PROPAGATION
-from capture.value_counts import immediate_stats
+from spiketrace.capture.tensors.propagation import PROPAGATION
+from spiketrace.capture.tensors.value_counts import immediate_stats
 
 
 def _tensors():

@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from analyze import open_trace
-from analyze.energy import _model, load_preset, map_activity, recost, sweep_presets
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import _model, load_preset, map_activity, recost, sweep_presets
 from tests.training_runs import record
 
 SWEEPS = {  # case -> (model, base preset, overrides of the base, sweep, total's key)

@@ -1,9 +1,9 @@
-"""Recost over several traces and on a cluster: analyze.many.recost and `spiketrace recost
+"""Recost over several traces and on a cluster: spiketrace.analyze.many.recost and `spiketrace recost
 TRACE... [--engine dask]` map each trace (or each shard of one: its ranks, its step ranges)
 once, cost it under every preset of the sweep, and add the rows (one per preset and breakdown
-entry) per preset. Each trace's rows equal the single-trace analyze.energy.recost, and so do a
+entry) per preset. Each trace's rows equal the single-trace spiketrace.analyze.energy.recost, and so do a
 trace's shards added up; over several traces the rows add up, hardware sizes combining as
-analyze.many.SIZE_ROWS says (Lemaire's buffer capacities by maximum).
+spiketrace.analyze.many.SIZE_ROWS says (Lemaire's buffer capacities by maximum).
 
 Traces: two ranks of three training steps and three ranks of two (tests/training_runs.py).
 Energies must be equal to 1e-9 relative, the rows in the single-trace order.
@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze import many, open_trace
-from analyze.cli import main
-from analyze.energy import recost
+from spiketrace.analyze import many, open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.energy import recost
 from tests.training_runs import record_ranks
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # model scope: training traces, on purpose

@@ -16,9 +16,9 @@ import torch
 from spikingjelly.activation_based import neuron
 from torch import nn
 
-from analyze import Analysis
-from analyze.present.report import build_report, findings, page, write_report
-from capture import Recorder, record_training_step
+from spiketrace.analyze import Analysis
+from spiketrace.analyze.present.report import build_report, findings, page, write_report
+from spiketrace.capture import Recorder, record_training_step
 
 STAGE = "<b>fwd</b>"  # a user's stage name: must show as text, never as markup
 NOTE = "<script>alert('x')</script> & co"

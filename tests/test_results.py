@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-import analyze
-from analyze import Analysis, open_trace
-from analyze.energy import energy
-from analyze.present import plots
-from analyze.present.diff import diff_traces
-from analyze.present.report import build_report
-from capture import record_training_step
+import spiketrace.analyze
+from spiketrace.analyze import Analysis, open_trace
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.present import plots
+from spiketrace.analyze.present.diff import diff_traces
+from spiketrace.analyze.present.report import build_report
+from spiketrace.capture import record_training_step
 from spikingjelly.activation_based import neuron
 
 
@@ -68,8 +68,8 @@ def test_plots_of_one_opened_trace_share_its_analysis(trace_path, calls):
 
 def test_energy_is_callable_from_the_top_level(trace_path):
     with open_trace(trace_path) as trace:
-        a = analyze.energy(trace, "compute").energy_total_pj
-        b = analyze.energy.energy(trace, "compute").energy_total_pj
+        a = spiketrace.analyze.energy(trace, "compute").energy_total_pj
+        b = spiketrace.analyze.energy.energy(trace, "compute").energy_total_pj
         assert a == b > 0
-        frame = analyze.recost(trace, "compute", ["compute-fp32-45nm", "compute-int8-45nm"])
+        frame = spiketrace.analyze.recost(trace, "compute", ["compute-fp32-45nm", "compute-int8-45nm"])
         assert set(frame["preset"]) == {"compute-fp32-45nm", "compute-int8-45nm"}

@@ -19,9 +19,9 @@ import torch
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from analyze import open_trace
-from capture import Recorder
-from capture.conv_taps import spikingjelly_conv_value
+from spiketrace.analyze import open_trace
+from spiketrace.capture import Recorder
+from spiketrace.capture.ops.conv_taps import spikingjelly_conv_value
 from spikingjelly.activation_based.neuron import BaseNode
 from spikingjelly.activation_based.op_counter.ac import ACCounter
 from spikingjelly.activation_based.op_counter.base import is_binary_tensor

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from analyze import open_trace
-from analyze.energy import map_activity
-from analyze.trace.views import sql_views
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import map_activity
+from spiketrace.analyze.trace.views import sql_views
 from tests.training_runs import record_ranks
 
 STEPS = 4  # the small trace; the big one has 4x the steps

@@ -20,13 +20,13 @@ import duckdb
 import pytest
 import torch
 
-from analyze import open_trace
-from analyze.counters import counts
-from analyze.counters.sql import MACROS
-from analyze.energy import MODELS, energy
-from capture import Recorder
-from schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER, RULES
-from schemas.tables import EVENTS, TENSORS, field_doc
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import counts
+from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.energy import MODELS, energy
+from spiketrace.capture import Recorder
+from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER, RULES
+from spiketrace.schemas.tables import EVENTS, TENSORS, field_doc
 
 
 def _record(tmp_path, body):

@@ -7,18 +7,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyze import open_trace
-from capture.table_buffer import BUFFER_RUNS
-from capture.writer import TraceWriter
-from schemas import docs
-from schemas.statistics import CONDITIONS, OP_STATISTICS, STATISTICS
-from schemas.tables import TABLES, field_doc, table_doc
-from schemas.version import SCHEMA_VERSION, SchemaVersionError, check_readable, parse_version
+from spiketrace.analyze import open_trace
+from spiketrace.capture.store.table_buffer import BUFFER_RUNS
+from spiketrace.capture.store.writer import TraceWriter
+from spiketrace.schemas import docs
+from spiketrace.schemas.statistics import CONDITIONS, OP_STATISTICS, STATISTICS
+from spiketrace.schemas.tables import TABLES, field_doc, table_doc
+from spiketrace.schemas.version import SCHEMA_VERSION, SchemaVersionError, check_readable, parse_version
 
 
 def test_readme_matches_the_schemas():
     text = docs.README.read_text()
-    assert docs.generated_section(text) == docs.render(), "run `python -m schemas.docs` to regenerate"
+    assert docs.generated_section(text) == docs.render(), "run `python -m spiketrace.schemas.docs` to regenerate"
     for name, schema in TABLES.items():
         assert f"### `{name}`" in text
         for f in schema:

@@ -14,8 +14,8 @@ import torch
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from analyze import open_trace
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.capture import Recorder
 from spikingjelly.activation_based.op_counter.base import ActiveModuleTracker
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
 
@@ -104,8 +104,8 @@ def test_backward_events_carry_their_forward_calls_index(tmp_path):
     import torch
     from torch import nn
 
-    from analyze import open_trace
-    from capture import Recorder
+    from spiketrace.analyze import open_trace
+    from spiketrace.capture import Recorder
 
     shared = nn.Linear(3, 3)
     model = nn.Sequential(shared, nn.Tanh(), shared)
@@ -171,7 +171,7 @@ def _backward_variant_run(recorder, model, x, variant):
 def _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe=None, merged_holds=True):
     from torch import nn
 
-    from capture import tracker as capture_tracker
+    from spiketrace.capture.modules import tracker as capture_tracker
 
     monkeypatch.setattr(capture_tracker, "SINGLE_TENSOR_HOOKS", single_tensor_hooks)
     monkeypatch.setattr(capture_tracker, "MERGED_HOLDS", merged_holds)
@@ -195,7 +195,7 @@ def _variant_trace(tmp_path, monkeypatch, variant, single_tensor_hooks, probe=No
 @pytest.mark.parametrize("variant", ["inputs_of_the_last_layer", "retain_graph_twice"])
 def test_scopes_equal_spikingjelly_when_backward_skips_nodes_or_runs_twice(tmp_path, monkeypatch, variant,
                                                                             single_tensor_hooks):
-    # A module's one input or output is held by its own tensor hook (capture/tracker.py
+    # A module's one input or output is held by its own tensor hook (capture/modules/tracker.py
     # SINGLE_TENSOR_HOOKS) instead of torch's multi-grad hook, which SpikingJelly's tracker
     # uses: both must give SpikingJelly's scopes where the two could part: a backward whose
     # `inputs` leave earlier modules' nodes unrun (a multi-grad hook never fires there) and
@@ -231,7 +231,7 @@ def test_holds_on_one_tensor_share_its_hook_and_record_what_one_hook_each_record
     # input Tanh's output, the Sequential's output the last Linear's: 3 holds join a hook
     # already there. A leaf input's two holds never share one (each finds its grad accumulator
     # through a view_as the trace records). Joined or not, the same events, scopes and hooks.
-    from capture.tracker import ScopeTracker
+    from spiketrace.capture.modules.tracker import ScopeTracker
 
     hooks = []
     one = ScopeTracker._hook_one
@@ -245,14 +245,14 @@ def test_holds_on_one_tensor_share_its_hook_and_record_what_one_hook_each_record
 
 
 def test_hook_tensors_come_in_tree_flatten_order_whatever_the_container():
-    # capture/tracker.py _tensors skips torch's pytree for a tensor, an empty dict and a plain
+    # capture/modules/tracker.py _tensors skips torch's pytree for a tensor, an empty dict and a plain
     # tuple or list of tensors and None; every other container goes through tree_flatten.
     # Either way: the tensors tree_flatten finds, the very objects, in its order.
     import collections
 
     from torch.utils._pytree import tree_flatten
 
-    from capture.tracker import _tensors
+    from spiketrace.capture.modules.tracker import _tensors
 
     t, p = torch.zeros(2), torch.nn.Parameter(torch.ones(1))
     pair = collections.namedtuple("pair", "a b")

@@ -25,11 +25,11 @@ from spikingjelly.activation_based.op_counter import (
 )
 from torch import nn
 
-from analyze import open_trace
-from analyze.energy import energy, load_preset, recost, spikesim
-from analyze.presets import PRESET_DIR
-from analyze.energy.spikesim import Costs
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import energy, load_preset, recost, spikesim
+from spiketrace.analyze.presets import PRESET_DIR
+from spiketrace.analyze.energy.spikesim import Costs
+from spiketrace.capture import Recorder
 from tests.zoo import CASES
 from tests.zoo import build as build_zoo
 

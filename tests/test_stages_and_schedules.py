@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from capture import Recorder, RecorderError, schedule
-from capture.schedules import NONE, RECORD, RECORD_AND_SAVE, WARMUP, step_action
-from capture.stages import PHASE_WORDS, infer_phase
+from spiketrace.capture import Recorder, RecorderError, schedule
+from spiketrace.capture.session.schedules import NONE, RECORD, RECORD_AND_SAVE, WARMUP, step_action
+from spiketrace.capture.session.stages import PHASE_WORDS, infer_phase
 from tests.real_jobs.tracefiles import manifests, table
 
 # --- stage names --------------------------------------------------------------------------------

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from analyze import open_trace
-from analyze.counters import counts
-from analyze.energy import energy
-from analyze.trace.statistics_level import InsufficientStatisticsError, trace_level
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import counts
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.trace.statistics_level import InsufficientStatisticsError, trace_level
+from spiketrace.capture import Recorder
 from tests import zoo
 from tests.training_runs import record
 
@@ -66,7 +66,7 @@ def test_level_none_takes_only_the_op_statistics_of_the_neurobench_convention(tr
     # read only by the spike counters and energy models, which need level "synaptic"; the
     # NeuroBench pair counts and ternary flags (condition "forward") serve its convention at
     # any level (tests/test_neurobench_convention.py), so "none" keeps exactly those.
-    from schemas.statistics import STATISTICS
+    from spiketrace.schemas.statistics import STATISTICS
 
     rows = {}
     for level, path in training.items():

@@ -22,12 +22,12 @@ from click.testing import CliRunner
 from spikingjelly.activation_based import functional
 from torch import nn
 
-import analyze.many.shards
-from analyze import open_trace
-from analyze.cli import main
-from analyze.energy import energy, map_activity, recost
-from analyze.many.steps import record_shards
-from capture import Recorder
+import spiketrace.analyze.many.shards
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.energy import energy, map_activity, recost
+from spiketrace.analyze.many.steps import record_shards
+from spiketrace.capture import Recorder
 from tests.training_runs import batches, build, record_ranks
 
 STEPS = 3
@@ -147,9 +147,9 @@ def test_the_command_line_prints_the_whole_mapping(traces, monkeypatch, output):
     """`spiketrace energy TRACE` maps one trace in pieces past SHARD_EVENTS events, as printed
     whole (the table's values are rounded, csv and json compared to 1e-9)."""
     arguments = ["energy", traces["training"], "--model", "neuromc", *output]
-    monkeypatch.setattr(analyze.many.shards, "SHARD_EVENTS", WHOLE)
+    monkeypatch.setattr(spiketrace.analyze.many.shards, "SHARD_EVENTS", WHOLE)
     whole = CliRunner().invoke(main, arguments)
-    monkeypatch.setattr(analyze.many.shards, "SHARD_EVENTS", 1)
+    monkeypatch.setattr(spiketrace.analyze.many.shards, "SHARD_EVENTS", 1)
     pieces = CliRunner().invoke(main, arguments)
     assert whole.exit_code == pieces.exit_code == 0, pieces.output
     assert pieces.stderr == whole.stderr
@@ -167,7 +167,7 @@ def test_the_command_line_prints_the_whole_mapping(traces, monkeypatch, output):
 def test_pieces_of_a_selection_shown_in_the_views(traces):
     """Within selected_views (`spiketrace sql --step`), the pieces are pieces of the selection,
     and the selection is shown again afterwards."""
-    from analyze.trace.views import selected_views
+    from spiketrace.analyze.trace.views import selected_views
 
     with open_trace(traces["training"]) as trace, selected_views(trace.con, step=1):
         shown = trace.sql("SELECT count(*) AS n FROM events")["n"][0]

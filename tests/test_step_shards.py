@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 import torch
 
-from analyze import many, open_trace
-from analyze.counters import ALL_COUNTERS, COUNTERS, count
-from analyze.energy import energy
-from analyze.many import STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, add_counter_results
-from analyze.many.shards import CountWork, EnergyWork, Shard, evaluate_shard, plan_shards
-from analyze.many.steps import restrict, step_bounds, step_ranges
-from capture import Recorder
+from spiketrace.analyze import many, open_trace
+from spiketrace.analyze.counters import ALL_COUNTERS, COUNTERS, count
+from spiketrace.analyze.energy import energy
+from spiketrace.analyze.many import STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, add_counter_results
+from spiketrace.analyze.many.shards import CountWork, EnergyWork, Shard, evaluate_shard, plan_shards
+from spiketrace.analyze.many.steps import restrict, step_bounds, step_ranges
+from spiketrace.capture import Recorder
 from tests.training_runs import batches, build, record_ranks
 
 STEPS = 3

@@ -1,4 +1,4 @@
-"""capture/table_buffer.py: rows held as interned group tuples come back as they went in, and
+"""capture/store/table_buffer.py: rows held as interned group tuples come back as they went in, and
 the buffer's size estimate (what flush_bytes bounds) follows what the rows really hold."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from array import array
 
 import pytest
 
-from capture import table_buffer
-from capture.flat_lists import FlatIntLists
-from capture.table_buffer import INT_COLUMN_TYPES, TableBuffer, _size
-from schemas.tables import TABLES
+from spiketrace.capture.store import table_buffer
+from spiketrace.capture.store.flat_lists import FlatIntLists
+from spiketrace.capture.store.table_buffer import INT_COLUMN_TYPES, TableBuffer, _size
+from spiketrace.schemas.tables import TABLES
 
 
 def _hook_row(i: int) -> dict:
@@ -72,9 +72,9 @@ def test_the_estimate_charges_objects_of_their_own_in_full():
 @pytest.mark.parametrize("grouping", ["compiled", "python"])
 def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_unhashable(grouping, monkeypatch):
     # The writer converts each distinct group tuple once (by identity) and takes it per row,
-    # grouping the rows in C (capture/_native.c identity_codes) or, without it, in Python.
+    # grouping the rows in C (capture/native/_native.c identity_codes) or, without it, in Python.
     if grouping == "compiled" and table_buffer.identity_codes is None:
-        pytest.skip("capture._native not built")
+        pytest.skip("spiketrace.capture.native._native not built")
     if grouping == "python":
         monkeypatch.setattr(table_buffer, "identity_codes", None)
     # Rows here: shared interned tuples, equal tuples that are distinct objects, tuples with a

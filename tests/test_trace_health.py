@@ -12,10 +12,10 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from analyze.cli import main
-from analyze.present.health import SHOWN_KINDS, degraded_line, health_lines
-from analyze.present.report import build_report
-from capture import Recorder
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.present.health import SHOWN_KINDS, degraded_line, health_lines
+from spiketrace.analyze.present.report import build_report
+from spiketrace.capture import Recorder
 from tests.real_jobs.tracefiles import run_job
 
 # The job's injected failure: the capture cannot describe a convolution, forward or backward.

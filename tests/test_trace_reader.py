@@ -1,4 +1,4 @@
-"""analyze.open_trace: opening, checking and querying traces written by capture.writer.
+"""spiketrace.analyze.open_trace: opening, checking and querying traces written by spiketrace.capture.store.writer.
 
 Every trace here is synthetic: a TraceWriter filled by `write_trace` with the small, fixed
 rows below, so each expected value is read off those rows, not off the reader.
@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import analyze.trace.parts
-import schemas.version
-from analyze import Trace, TraceError, open_trace
-from capture.writer import TraceWriter
-from schemas import layout
-from schemas.tables import TABLES
-from schemas.version import SCHEMA_VERSION, SchemaVersionError
+import spiketrace.analyze.trace.parts
+import spiketrace.schemas.version
+from spiketrace.analyze import Trace, TraceError, open_trace
+from spiketrace.capture.store.writer import TraceWriter
+from spiketrace.schemas import layout
+from spiketrace.schemas.tables import TABLES
+from spiketrace.schemas.version import SCHEMA_VERSION, SchemaVersionError
 from tests.trace_surgery import recommit, rewrite_part
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,10 +187,10 @@ def test_older_minor_part_missing_a_column_reads_it_as_null(tmp_path, monkeypatc
     add_tensor(writer, 13, 103)
     writer.close()  # part 1: tensor 13
     # Pretend the reader is 1.1 and part 0 was written by 1.0, before is01 existed.
-    monkeypatch.setattr(schemas.version, "SCHEMA_VERSION", "1.1")
-    monkeypatch.setattr(analyze.trace.parts, "SCHEMA_VERSION", "1.1")
-    monkeypatch.setitem(schemas.version.ADDED_IN, ("tensors", "is01"), "1.1")
-    monkeypatch.setitem(schemas.version.ADDED_IN, ("tensors", "parameter"), "1.1")
+    monkeypatch.setattr(spiketrace.schemas.version, "SCHEMA_VERSION", "1.1")
+    monkeypatch.setattr(spiketrace.analyze.trace.parts, "SCHEMA_VERSION", "1.1")
+    monkeypatch.setitem(spiketrace.schemas.version.ADDED_IN, ("tensors", "is01"), "1.1")
+    monkeypatch.setitem(spiketrace.schemas.version.ADDED_IN, ("tensors", "parameter"), "1.1")
     # Part 0 lacks is01; both parts lack parameter (as if added in 1.1 and never written).
     rewrite_part(part(root, "tensors", index=0), lambda t: t.drop_columns(["is01", "parameter"]), version="1.0")
     rewrite_part(part(root, "tensors", index=1), lambda t: t.drop_columns(["parameter"]), version="1.0")
@@ -432,8 +432,8 @@ def test_analyze_never_imports_torch(trace_dir):
                 return None
 
         sys.meta_path.insert(0, NoTorch())
-        from analyze import open_trace
-        import analyze.cli
+        from spiketrace.analyze import open_trace
+        import spiketrace.analyze.cli
         with open_trace({str(trace_dir)!r}) as trace:
             print(trace.sql("SELECT count(*) AS n FROM events")["n"][0])
         assert "torch" not in sys.modules, "torch was imported"
@@ -469,7 +469,7 @@ def test_spill_directories_of_killed_readers_are_removed_by_the_next_reader(trac
     # removes the directories whose owning process no longer runs, and only those.
     import tempfile
 
-    from analyze.trace.reader import SPILL_PREFIX
+    from spiketrace.analyze.trace.reader import SPILL_PREFIX
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

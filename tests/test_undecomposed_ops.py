@@ -2,7 +2,7 @@
 aten.scaled_dot_product_attention, ...) count as the ops they decompose into
 (analyze/counters/undecomposed.py), in every counter.
 
-Capture decomposes them while recording (capture/decompositions.py); here its table of
+Capture decomposes them while recording (capture/ops/decompositions.py); here its table of
 decompositions is told to record them as they come, as a backend that dispatches them
 would, and the same model is captured both ways under torch.inference_mode().
 """
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import resolve_name
 
-from analyze import open_trace
-from analyze.counters import count
-from capture import Recorder, decompositions
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.capture import Recorder, decompositions
 from spikingjelly.activation_based.op_counter import (
     ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
 )

@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from analyze import open_trace
-from analyze.energy import energy
-from capture import Recorder, record_training_step
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import energy
+from spiketrace.capture import Recorder, record_training_step
 from spikingjelly.activation_based import neuron
 
 
@@ -117,7 +117,7 @@ def test_the_report_says_what_the_model_could_not_cost(training, tmp_path, model
 
 def test_importing_the_plots_leaves_the_users_backend_alone():
     code = ("import matplotlib; before = matplotlib.get_backend(); import sys\n"
-            "import analyze.present.plots, analyze.present.report\n"
+            "import spiketrace.analyze.present.plots, spiketrace.analyze.present.report\n"
             "assert matplotlib.get_backend() == before, (before, matplotlib.get_backend())\n"
             "assert 'matplotlib.pyplot' not in sys.modules\n")
     env = {**os.environ, "MPLBACKEND": "svg"}
@@ -165,7 +165,7 @@ def test_diff_prints_units_and_gates_take_them(tmp_path):
 
 
 def test_output_order_is_fixed(training):
-    from analyze.counters import count
+    from spiketrace.analyze.counters import count
 
     with open_trace(training) as trace:
         frames = [count(trace, ["mac", "flop"], chunk_events=50).frame for _ in range(3)]  # many chunks, two threads

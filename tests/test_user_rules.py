@@ -8,10 +8,10 @@ import subprocess
 import pytest
 import torch
 
-from analyze import open_trace
-from analyze.counters import count, load_rules, register_rule
-from analyze.counters.user_rules import RuleError, clear_rules
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import count, load_rules, register_rule
+from spiketrace.analyze.counters.user_rules import RuleError, clear_rules
+from spiketrace.capture import Recorder
 
 LIBRARY = torch.library.Library("spiketrace_test", "DEF")
 LIBRARY.define("scale3(Tensor x) -> Tensor")

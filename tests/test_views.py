@@ -17,12 +17,12 @@ from click.testing import CliRunner
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from analyze import open_trace
-from analyze.trace.breakdown import module_breakdown
-from analyze.cli import main
-from analyze.trace.views import sql_views
-from capture import Recorder
-from capture.example import SpikeFunction
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.trace.breakdown import module_breakdown
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.trace.views import sql_views
+from spiketrace.capture import Recorder
+from spiketrace.capture.session.example import SpikeFunction
 from spikingjelly.activation_based import functional, layer, neuron
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 
@@ -203,9 +203,9 @@ def test_views_command_and_shell(tmp_path, sew_trace, monkeypatch):
 
 
 def test_result_tables_equal_the_python_api(sew_trace):
-    from analyze.counters import count
-    from analyze.energy import energy
-    from analyze.present.sql_tables import ensure_for_query
+    from spiketrace.analyze.counters import count
+    from spiketrace.analyze.energy import energy
+    from spiketrace.analyze.present.sql_tables import ensure_for_query
 
     with open_trace(sew_trace) as trace:
         ensure_for_query(trace, "SELECT * FROM counts JOIN energy_by_stage ON true", preset="compute-int8-45nm")

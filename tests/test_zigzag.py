@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from analyze.cli import main
-from analyze.energy import PresetError, load_preset
-from analyze.energy.neuromc.zigzag import preset_from_zigzag, read_memories
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.energy import PresetError, load_preset
+from spiketrace.analyze.energy.neuromc.zigzag import preset_from_zigzag, read_memories
 
 # ZigZag's inputs/hardware/tpu_like.yaml shape: size and bandwidths in bits, costs in pJ per access
 TPU_LIKE = """

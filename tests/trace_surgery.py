@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from schemas import layout
+from spiketrace.schemas import layout
 
 
 def manifest_of(part: Path) -> Path:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from capture import Recorder, schedule
+from spiketrace.capture import Recorder, schedule
 from spikingjelly.activation_based import functional, layer, neuron, surrogate
 
 T, BATCH, SIDE = 2, 2, 6

@@ -1,5 +1,5 @@
 """The `spiketrace` command line: one module per command group, each command a few lines
-over the library (analyze.results.Analysis, analyze.present). `main` is the entry point;
+over the library (spiketrace.analyze.results.Analysis, spiketrace.analyze.present). `main` is the entry point;
 a command's module is imported when the command runs (app.COMMANDS).
 
     app.py             the group, one-line errors and exit codes, shared helpers
@@ -11,6 +11,6 @@ a command's module is imported when the command runs (app.COMMANDS).
     demo.py            demo
 """
 
-from analyze.cli.app import main
+from spiketrace.analyze.cli.app import main
 
 __all__ = ["main"]

@@ -1,3 +1,3 @@
-from analyze.cli import main
+from spiketrace.analyze.cli import main
 
 main()

@@ -27,28 +27,28 @@ from importlib import import_module
 
 import click
 
-from analyze.present.safe_text import NonFiniteError, json_text, safe, safe_line
+from spiketrace.analyze.present.safe_text import NonFiniteError, json_text, safe, safe_line
 
 # command -> (module that defines it, its one-line help for `spiketrace --help`; a test checks
 # these lines are the commands' own)
 COMMANDS = {
-    "collectives": ("analyze.cli.trace_commands",
+    "collectives": ("spiketrace.analyze.cli.trace_commands",
                     "Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind."),
-    "compact": ("analyze.cli.maintenance", "Merge TRACE's small committed parts into few, atomically."),
-    "counts": ("analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
-    "demo": ("analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
-    "diff": ("analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
-    "energy": ("analyze.cli.energy", "Energy of TRACE under one preset, by component, stage or module."),
-    "info": ("analyze.cli.trace_commands", "Summarise TRACE: manifest facts, ops, stages and modules."),
-    "plot": ("analyze.cli.plots", "Draw one figure of TRACE (or of a recost result) into --out."),
-    "presets": ("analyze.cli.energy", "Hardware presets: list, show, validate, import-zigzag."),
-    "recost": ("analyze.cli.energy", "Cost TRACE under many presets or a sweep; the trace is mapped once."),
-    "report": ("analyze.cli.report", "One self-contained HTML page: summary, caveats, breakdowns, plots."),
-    "sql": ("analyze.cli.trace_commands", "Run a DuckDB query over TRACE's views (no query: open the shell)."),
-    "validate": ("analyze.cli.trace_commands", "Check TRACE deeply (counts, unique ids, references); exit 1 on problems."),
-    "views": ("analyze.cli.trace_commands", "List the named breakdown views every trace has."),
+    "compact": ("spiketrace.analyze.cli.maintenance", "Merge TRACE's small committed parts into few, atomically."),
+    "counts": ("spiketrace.analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
+    "demo": ("spiketrace.analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
+    "diff": ("spiketrace.analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
+    "energy": ("spiketrace.analyze.cli.energy", "Energy of TRACE under one preset, by component, stage or module."),
+    "info": ("spiketrace.analyze.cli.trace_commands", "Summarise TRACE: manifest facts, ops, stages and modules."),
+    "plot": ("spiketrace.analyze.cli.plots", "Draw one figure of TRACE (or of a recost result) into --out."),
+    "presets": ("spiketrace.analyze.cli.energy", "Hardware presets: list, show, validate, import-zigzag."),
+    "recost": ("spiketrace.analyze.cli.energy", "Cost TRACE under many presets or a sweep; the trace is mapped once."),
+    "report": ("spiketrace.analyze.cli.report", "One self-contained HTML page: summary, caveats, breakdowns, plots."),
+    "sql": ("spiketrace.analyze.cli.trace_commands", "Run a DuckDB query over TRACE's views (no query: open the shell)."),
+    "validate": ("spiketrace.analyze.cli.trace_commands", "Check TRACE deeply (counts, unique ids, references); exit 1 on problems."),
+    "views": ("spiketrace.analyze.cli.trace_commands", "List the named breakdown views every trace has."),
 }
-MODEL_NAMES = ("compute", "lemaire", "neuromc", "spikesim")  # analyze.energy.MODELS (a test keeps them equal)
+MODEL_NAMES = ("compute", "lemaire", "neuromc", "spikesim")  # spiketrace.analyze.energy.MODELS (a test keeps them equal)
 
 
 class CommandUnavailable(RuntimeError):
@@ -59,11 +59,11 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the input's fault: shown as their message alone (imported late)."""
     import duckdb
 
-    from analyze.many.engines import EngineUnavailable
-    from analyze.present.selection import SelectionError
-    from analyze.presets import PresetError
-    from analyze.trace import TraceError
-    from schemas.version import SchemaVersionError
+    from spiketrace.analyze.many.engines import EngineUnavailable
+    from spiketrace.analyze.present.selection import SelectionError
+    from spiketrace.analyze.presets import PresetError
+    from spiketrace.analyze.trace import TraceError
+    from spiketrace.schemas.version import SchemaVersionError
 
     return (TraceError, SchemaVersionError, duckdb.Error, FileNotFoundError, PresetError, CommandUnavailable,
             NonFiniteError, EngineUnavailable, SelectionError)
@@ -134,7 +134,7 @@ def _table(frame) -> str:
 def _warn(trace) -> None:
     """What the capture said about itself (a DEGRADED capture first), then the reader's warnings:
     on stderr, so stdout stays the table."""
-    from analyze.present.health import health_lines
+    from spiketrace.analyze.present.health import health_lines
 
     for line in health_lines(trace.health()):
         click.echo(safe_line(line), err=True)
@@ -143,9 +143,9 @@ def _warn(trace) -> None:
 
 
 def warn_traces(traces) -> None:
-    """_warn for each of several traces' facts (analyze.many.TraceFacts), each line naming its
+    """_warn for each of several traces' facts (spiketrace.analyze.many.TraceFacts), each line naming its
     trace when there are several."""
-    from analyze.present.health import health_lines
+    from spiketrace.analyze.present.health import health_lines
 
     for facts in traces:
         prefix = f"{facts.label}: " if len(traces) > 1 else ""
@@ -157,7 +157,7 @@ def warn_traces(traces) -> None:
 
 def engine_options(command):
     """--engine, --scheduler and --workers on a command that takes several traces; the command
-    gets `execution`: analyze.many's engine=, scheduler=, workers= and how to open each trace
+    gets `execution`: spiketrace.analyze.many's engine=, scheduler=, workers= and how to open each trace
     (run=, verify=, from --run and --verify: a cluster worker has no CLI context of its own)."""
 
     @click.option("--engine", type=click.Choice(["in-process", "dask"]), default=None,
@@ -191,7 +191,7 @@ def recompute_option():
 
 def trace_options(command):
     """--run and --verify/--no-verify on a command that opens traces: every trace it opens
-    (deep inside analyses, reports and diffs too) is opened so (analyze.trace.reader.open_defaults)."""
+    (deep inside analyses, reports and diffs too) is opened so (spiketrace.analyze.trace.reader.open_defaults)."""
 
     @click.option("--run", "run_id", metavar="ID", default=None,
                   help="Open only capture run ID (or a unique prefix of it) of a directory holding shards of several.")
@@ -199,7 +199,7 @@ def trace_options(command):
                   help="Check every part's checksum on open (1.6-2 s per GB); --no-verify for a trace you trust.")
     @functools.wraps(command)
     def with_trace_options(*args, run_id, verify, **kwargs):
-        from analyze.trace.reader import open_defaults
+        from spiketrace.analyze.trace.reader import open_defaults
 
         with open_defaults(run=run_id, verify=verify):
             return command(*args, **kwargs)
@@ -209,7 +209,7 @@ def trace_options(command):
 
 def selection_options(command):
     """--stage, --phase, --step, --rank and --module, the same on every command that reads a
-    trace; the command gets `selection`, an analyze.present.selection.Selection."""
+    trace; the command gets `selection`, an spiketrace.analyze.present.selection.Selection."""
 
     @click.option("--stage", metavar="NAME", help="Only the work of stage NAME (e.g. forward; `spiketrace info "
                   "TRACE` lists the stages).")
@@ -220,7 +220,7 @@ def selection_options(command):
                   "(a tracker name such as Net.fc1; Global is everything).")
     @functools.wraps(command)
     def with_selection(*args, stage, phase, step, rank, module, **kwargs):
-        from analyze.present.selection import Selection
+        from spiketrace.analyze.present.selection import Selection
 
         return command(*args, selection=Selection(stage, phase, step, rank, module), **kwargs)
 
@@ -233,7 +233,7 @@ def selected_traces(selection, traces, execution: dict, *, energy: bool = False)
     the analyses: an energy model's (stage, step, rank) when `energy`, else the counters'."""
     if not selection:
         return {}
-    from analyze.trace import open_trace
+    from spiketrace.analyze.trace import open_trace
 
     with contextlib.ExitStack() as stack:
         opened = [stack.enter_context(open_trace(path, run=execution.get("run"), verify=False)) for path in traces]

@@ -1,6 +1,6 @@
 """`spiketrace counts`: the op counters per module scope, op, stage or module class.
 
-`counts --format json` prints the document of analyze.present.counts (docs/counts_json.md);
+`counts --format json` prints the document of spiketrace.analyze.present.counts (docs/counts_json.md);
 counts exits 1 when --strict or --min-coverage is not met.
 """
 
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import click
 
-from analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
+from spiketrace.analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces)
-from analyze.present.safe_text import json_text
-from analyze.counters import count, load_rules, neurobench
-from analyze.counters.user_rules import RuleError
-from analyze.present import counts as counts_view
-from analyze.present.health import recompute_note, recomputed_events
-from analyze.many.traces import find_traces
-from analyze.trace import open_trace
+from spiketrace.analyze.present.safe_text import json_text
+from spiketrace.analyze.counters import count, load_rules, neurobench
+from spiketrace.analyze.counters.user_rules import RuleError
+from spiketrace.analyze.present import counts as counts_view
+from spiketrace.analyze.present.health import recompute_note, recomputed_events
+from spiketrace.analyze.many.traces import find_traces
+from spiketrace.analyze.trace import open_trace
 
 
 class Fraction(click.ParamType):
@@ -42,7 +42,7 @@ class Fraction(click.ParamType):
 @engine_options
 @click.argument("trace_paths", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
 @click.option("--counter", "counter_names", multiple=True, metavar="NAMES",
-              help="Counters to run, comma separated or repeated (default: all of analyze.counters.COUNTERS).")
+              help="Counters to run, comma separated or repeated (default: all of spiketrace.analyze.counters.COUNTERS).")
 @click.option("--by", "view", type=click.Choice([*counts_view.VIEWS, "trace"]), default="scope", show_default=True,
               help="Table: module tree, top ops, stages, module classes, or one row per trace.")
 @click.option("--depth", type=click.IntRange(min=0), help="--by scope: deepest level shown (Global is 0).")
@@ -129,10 +129,10 @@ def _one_trace(trace_path, names, selection, options, view, depth, top, output_f
 
 
 def _many_traces(traces, names, selection, options, view, depth, top, output_format, out, execution):
-    """Several traces (or one on a cluster, or --by trace): analyze.many.count, then the same
+    """Several traces (or one on a cluster, or --by trace): spiketrace.analyze.many.count, then the same
     tables over the added counts, or one row per trace."""
-    from analyze import many
-    from analyze.present import many_traces
+    from spiketrace.analyze import many
+    from spiketrace.analyze.present import many_traces
 
     selected_traces(selection, traces, execution)
     try:

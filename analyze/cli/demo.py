@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.app import CommandUnavailable, main, warnings_to_stderr
-from analyze.cli.trace_commands import print_info
-from analyze.energy import DEFAULT_PRESETS, SCOPES
-from analyze.present import counts as counts_view
-from analyze.present.safe_text import safe_line
-from analyze.present.units import format_energy
-from analyze.results import Analysis
-from schemas import layout
+from spiketrace.analyze.cli.app import CommandUnavailable, main, warnings_to_stderr
+from spiketrace.analyze.cli.trace_commands import print_info
+from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES
+from spiketrace.analyze.present import counts as counts_view
+from spiketrace.analyze.present.safe_text import safe_line
+from spiketrace.analyze.present.units import format_energy
+from spiketrace.analyze.results import Analysis
+from spiketrace.schemas import layout
 
 
 @main.command()
@@ -30,11 +30,11 @@ def demo(out: str, output_format: str, force: bool) -> None:
     spiketrace counts OUT --phase backward, spiketrace energy OUT --by stage --step 0.
 
     Example: spiketrace demo /tmp/spiketrace-demo --force"""
-    from analyze.present.progress import steps
+    from spiketrace.analyze.present.progress import steps
 
     _make_room(Path(out), force)
     try:
-        from capture.example import record_demo
+        from spiketrace.capture.session.example import record_demo
     except ImportError as exc:
         raise CommandUnavailable(f"the demo needs the capture side and torch ({exc})") from exc
     with contextlib.ExitStack() as stack:

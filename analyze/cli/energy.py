@@ -1,4 +1,4 @@
-"""`spiketrace energy`, `recost` and `presets`: thin commands over analyze.energy.
+"""`spiketrace energy`, `recost` and `presets`: thin commands over spiketrace.analyze.energy.
 
 `energy --format json` prints the report's fields (the model's `Report.to_json()`, SpikingJelly's
 field names), with `model`, `scope` and `trace` (path, complete, and Trace.health(): degraded,
@@ -12,19 +12,19 @@ import click
 import numpy as np
 import pandas as pd
 
-from analyze import energy as energy_models
-from analyze.energy import list_presets, load_preset, read_preset_file
-from analyze.cli.app import (_table, _warn, emit_frame, emit_text, engine_options, main, model_option, output_options,
+from spiketrace.analyze import energy as energy_models
+from spiketrace.analyze.energy import list_presets, load_preset, read_preset_file
+from spiketrace.analyze.cli.app import (_table, _warn, emit_frame, emit_text, engine_options, main, model_option, output_options,
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces,
                              warnings_to_stderr)
-from analyze.present.safe_text import json_text, safe_line
-from analyze.present.counts import module_classes, short_class
-from analyze.energy.scopes import recompute_default
-from analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json, total_of
-from analyze.present.health import recompute_note, recomputed_events
-from analyze.present.units import UNIT_CHOICES, format_energy
-from analyze.many.traces import find_traces
-from analyze.results import Analysis
+from spiketrace.analyze.present.safe_text import json_text, safe_line
+from spiketrace.analyze.present.counts import module_classes, short_class
+from spiketrace.analyze.energy.scopes import recompute_default
+from spiketrace.analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json, total_of
+from spiketrace.analyze.present.health import recompute_note, recomputed_events
+from spiketrace.analyze.present.units import UNIT_CHOICES, format_energy
+from spiketrace.analyze.many.traces import find_traces
+from spiketrace.analyze.results import Analysis
 
 
 def _headline_values(frame):
@@ -38,7 +38,7 @@ def _headline_values(frame):
 
 def _progress(items):
     """A bar over the presets costed, on a terminal only (tqdm's disable=None)."""
-    from analyze.present.progress import each
+    from spiketrace.analyze.present.progress import each
 
     return each(items, "presets", "preset")
 
@@ -130,10 +130,10 @@ def _one_trace(trace_path, model, preset, overrides, selection, options, view, o
 
 
 def _many_traces(traces, model, preset, overrides, selection, options, view, output, execution):
-    """Several traces (or one on a cluster, or --by trace): analyze.many.energy, then the same
+    """Several traces (or one on a cluster, or --by trace): spiketrace.analyze.many.energy, then the same
     table over the added report rows, or one row per trace."""
-    from analyze import many
-    from analyze.present import many_traces
+    from spiketrace.analyze import many
+    from spiketrace.analyze.present import many_traces
 
     output_format, out, units = output
     options = {**selected_traces(selection, traces, execution, energy=True), **options}
@@ -228,7 +228,7 @@ def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, ex
             frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, compat=compat,
                                     progress=_progress, **selection.energy_options(analysis.trace))
     else:
-        from analyze import many
+        from spiketrace.analyze import many
 
         options = selected_traces(selection, traces, execution, energy=True)
         with warnings_to_stderr():
@@ -291,7 +291,7 @@ def import_zigzag(hardware, base, pairs, out):
     Example: spiketrace presets import-zigzag hw.yaml --map sram_1MB=sram --out my-chip.toml"""
     from pathlib import Path
 
-    from analyze.energy.neuromc.zigzag import preset_from_zigzag, preset_toml
+    from spiketrace.analyze.energy.neuromc.zigzag import preset_from_zigzag, preset_toml
 
     mapping = {}
     for pair in pairs:

@@ -1,7 +1,7 @@
 """Commands that change a trace's files: compact.
 
 `compact` merges each rank's runs of small committed parts into larger parts and commits the
-new list atomically (capture/compaction.py, the same code a capture runs at close): parts are
+new list atomically (capture/store/compaction.py, the same code a capture runs at close): parts are
 checked against their checksums before merging, numbers are unchanged, and a reader opening
 the trace meanwhile sees the old list or the new one. A trace still being captured (status
 `running`) is refused: its writer owns the manifest.
@@ -14,18 +14,18 @@ from pathlib import Path
 
 import click
 
-from analyze.cli.app import _fail, main
-from analyze.present.units import human_bytes
-from analyze.trace.manifest import COMPLETE, read_manifests
-from schemas import layout
+from spiketrace.analyze.cli.app import _fail, main
+from spiketrace.analyze.present.units import human_bytes
+from spiketrace.analyze.trace.manifest import COMPLETE, read_manifests
+from spiketrace.schemas import layout
 
 DEFAULT_SMALL_MB = 8
 
 
 def compact_trace(root: Path, small_bytes: int, run: str | None = None) -> dict[int, tuple[int, int]]:
     """rank -> (parts before, parts after) of compacting every rank of the trace at `root`."""
-    from capture.compaction import compact_rank
-    from capture.writer import atomic_write_text, write_part
+    from spiketrace.capture.store.compaction import compact_rank
+    from spiketrace.capture.store.writer import atomic_write_text, write_part
 
     manifests = read_manifests(root, run)
     for rank, manifest in manifests.items():

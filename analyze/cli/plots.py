@@ -1,12 +1,12 @@
-"""`spiketrace plot TRACE KIND --out FILE`: a thin command over analyze.present.plots."""
+"""`spiketrace plot TRACE KIND --out FILE`: a thin command over spiketrace.analyze.present.plots."""
 
 from __future__ import annotations
 
 import click
 import pandas as pd
 
-from analyze.cli.app import main, model_option, selection_options, trace_options, warnings_to_stderr
-from analyze.results import Analysis
+from spiketrace.analyze.cli.app import main, model_option, selection_options, trace_options, warnings_to_stderr
+from spiketrace.analyze.results import Analysis
 
 KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-heatmap", "compare")
 
@@ -34,8 +34,8 @@ def plot(trace_path, kind, selection, out, model, preset, recost_path, x_key, y_
     spikes and roofline take all five. A bar shows the progress on a terminal.
 
     Example: spiketrace plot runs/step energy --out energy.png; spiketrace plot runs/step spikes --rank 0 --out s.png"""
-    from analyze.present import plots
-    from analyze.present.progress import steps
+    from spiketrace.analyze.present import plots
+    from spiketrace.analyze.present.progress import steps
 
     if kind in ("sweep", "sweep-heatmap") and selection:
         raise click.UsageError(f"{kind} draws a recost result: select the work when running `spiketrace recost` "

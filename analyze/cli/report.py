@@ -1,4 +1,4 @@
-"""`spiketrace diff A B` and `spiketrace report TRACE`: thin commands over analyze.present.diff / analyze.present.report."""
+"""`spiketrace diff A B` and `spiketrace report TRACE`: thin commands over spiketrace.analyze.present.diff / spiketrace.analyze.present.report."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import sys
 
 import click
 
-from analyze.cli.app import (_warn, emit_frame, emit_text, main, model_option, output_options, selection_options,
+from spiketrace.analyze.cli.app import (_warn, emit_frame, emit_text, main, model_option, output_options, selection_options,
                              trace_options, warnings_to_stderr)
-from analyze.present.diff import ConditionError, diff_traces
-from analyze.present.safe_text import json_text, safe_line
-from analyze.present.units import format_metric
-from analyze.results import Analysis
+from spiketrace.analyze.present.diff import ConditionError, diff_traces
+from spiketrace.analyze.present.safe_text import json_text, safe_line
+from spiketrace.analyze.present.units import format_metric
+from spiketrace.analyze.results import Analysis
 
 
 def _change(relative) -> str:
@@ -97,7 +97,7 @@ def report(trace_path, selection, out, model, preset):
     is refused, as the page is about energy). A bar shows the progress on a terminal.
 
     Example: spiketrace report runs/step --out report.html; spiketrace report runs/step --phase backward --out bwd.html"""
-    from analyze.present.report import write_report
+    from spiketrace.analyze.present.report import write_report
 
     with Analysis(trace_path) as analysis, warnings_to_stderr():
         _warn(analysis.trace)  # the page opens with it too, as a banner

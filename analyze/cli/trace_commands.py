@@ -39,15 +39,15 @@ import threading
 import click
 import pandas as pd
 
-from analyze.cli.app import (
+from spiketrace.analyze.cli.app import (
     CommandUnavailable, _fail, _table, _warn, emit_frame, emit_text, main, model_option, output_options,
     selection_options, trace_options, warnings_to_stderr,
 )
-from analyze.present.health import degraded_summary, health_facts, health_lines
-from analyze.present.safe_text import json_text, safe_line
-from analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
-from analyze.trace.spill import remove_orphans
-from analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
+from spiketrace.analyze.present.health import degraded_summary, health_facts, health_lines
+from spiketrace.analyze.present.safe_text import json_text, safe_line
+from spiketrace.analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+from spiketrace.analyze.trace.spill import remove_orphans
+from spiketrace.analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 
 
 def _time(epoch) -> str | None:
@@ -162,7 +162,7 @@ def _definitions(trace: Trace) -> list[str]:
     order it can run: the shell binds a view when it is created, so the whole tables' views
     (of a selection) first, then the table views (events first: the others' selections read
     it), then the views over them."""
-    from analyze.trace.views import TABLES, UNSELECTED_SCHEMA, view_name
+    from spiketrace.analyze.trace.views import TABLES, UNSELECTED_SCHEMA, view_name
 
     schemas = trace.con.execute("SELECT DISTINCT schema_name FROM duckdb_tables() WHERE NOT internal "
                                 "AND schema_name <> 'main' UNION SELECT DISTINCT schema_name FROM duckdb_views() "
@@ -181,9 +181,9 @@ def views() -> None:
     """List the named breakdown views every trace has.
 
     Example: spiketrace views; then spiketrace sql TRACE 'SELECT * FROM module_ops'"""
-    from analyze.trace.views import sql_views
+    from spiketrace.analyze.trace.views import sql_views
 
-    from analyze.present.sql_tables import result_views
+    from spiketrace.analyze.present.sql_tables import result_views
 
     shipped = sql_views()
     shipped.update({name: (f"{summary} (needs the energy table)", q) for name, (summary, q) in result_views().items()})
@@ -243,7 +243,7 @@ def sql(trace_path: str, query: str | None, selection, output_format: str, out: 
     with _scratch() as folder, open_trace(trace_path) as trace:
         trace.con.execute(f"SET temp_directory = '{folder.replace(chr(39), chr(39) * 2)}'")
         trace.con.execute(f"SET max_temp_directory_size = '{max_temp_size}'")
-        from analyze.present.sql_tables import ensure_for_query
+        from spiketrace.analyze.present.sql_tables import ensure_for_query
 
         selection.check(trace)
         with warnings_to_stderr():  # `counts`, `energy` and its views, computed when named

@@ -1,7 +1,7 @@
 """Offline op counters equal to SpikingJelly 2.0.0's online ones, from a trace.
 
-    from analyze import open_trace
-    from analyze.counters import counts
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.counters import counts
     with open_trace("runs/step") as trace:
         frame = counts(trace, ["flop", "ac"], stage="forward")
         frame.attrs["unsupported"]            # ops no rule covers, per counter
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.counters import ac, flop, mac, memory_access, neurobench, synop, user_rules
-from analyze.counters.engine import COMPAT_MODES, count_events
-from analyze.counters.result import CounterResult, StrictModeError
-from analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
-from analyze.counters.neuron_state import neuron_state
-from analyze.counters.sql import MACROS
-from analyze.trace import accepts_path
-from analyze.trace.statistics_level import require_level
+from spiketrace.analyze.counters import ac, flop, mac, memory_access, neurobench, synop, user_rules
+from spiketrace.analyze.counters.engine import COMPAT_MODES, count_events
+from spiketrace.analyze.counters.result import CounterResult, StrictModeError
+from spiketrace.analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
+from spiketrace.analyze.counters.neuron_state import neuron_state
+from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.trace import accepts_path
+from spiketrace.analyze.trace.statistics_level import require_level
 
 COUNTERS = {"flop": flop, "memory_access": memory_access, "mac": mac, "ac": ac, "synop": synop}
 # Module-level counters: their "op" column holds the metric (e.g. weight_read_bytes).

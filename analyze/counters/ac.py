@@ -1,7 +1,7 @@
 """Accumulates (ACs), as SpikingJelly 2.0.0's ACCounter counts them: value-dependent.
 
 A binary operand turns multiply-accumulates into accumulates, one per spike that reaches a
-weight. The trace's per-tensor nnz/is01 and per-op activity scalars (schemas.statistics)
+weight. The trace's per-tensor nnz/is01 and per-op activity scalars (spiketrace.schemas.statistics)
 give every value exactly:
 * conv, x binary: conv_spike_taps * C_out/groups (C_out/groups = w.shape[1] when transposed);
 * conv, x and w binary: conv_both_binary_sum; mm/bmm both binary: mm_out_sum;
@@ -11,8 +11,8 @@ give every value exactly:
 
 from __future__ import annotations
 
-from analyze.counters import undecomposed
-from analyze.counters.sql import arg, kwarg
+from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters.sql import arg, kwarg
 
 
 def _gemm(x: str, y: str, both: str, n_of_y: str, m_of_x: str, alpha_guard: bool) -> str:

@@ -26,14 +26,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from analyze.counters.applicability import applies
-from analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
-from analyze.counters.gather import JsonReadError, OpFactsBuilder
-from analyze.counters.partitions import Partition, partitions
-from analyze.counters.result import CounterResult, StrictModeError
-from analyze.counters.totals import reducer, totals_frame
-from analyze.counters.sql import MACROS
-from analyze.counters.user_rules import USER_RULES
+from spiketrace.analyze.counters.applicability import applies
+from spiketrace.analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
+from spiketrace.analyze.counters.gather import JsonReadError, OpFactsBuilder
+from spiketrace.analyze.counters.partitions import Partition, partitions
+from spiketrace.analyze.counters.result import CounterResult, StrictModeError
+from spiketrace.analyze.counters.totals import reducer, totals_frame
+from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.counters.user_rules import USER_RULES
 
 COMPAT_MODES = (None, "spikingjelly")
 
@@ -197,7 +197,7 @@ class _Plan:
         many chunks. `reduce`, when given, turns each pass's sums into what is kept (so what is
         kept stays small when the passes group by more than is reported). `progress`: a bar
         over the chunks on a terminal (analyze/present/progress.py)."""
-        from analyze.present.progress import each
+        from spiketrace.analyze.present.progress import each
 
         ticks = iter(each(range(len(chunks)), "counting", "chunk", enabled=progress and len(chunks) > 1))
         builder = OpFactsBuilder(con.cursor(), self.readers, self.ops, group_by, self.json_reads)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.statistics import STATISTICS
+from spiketrace.schemas.statistics import STATISTICS
 
 _SLOT_NAME = r"(?:[ao]\d+|k_[a-z_]+?)"
 _SLOT = re.compile(r"\b(a|o)(\d+)_(items_)?(numel|bytes|shape|is01|nnz|present)\b")

@@ -10,8 +10,8 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from analyze.counters import undecomposed
-from analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
+from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
 

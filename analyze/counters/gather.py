@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyze.counters.arrays import Index, TensorStates, numpy_column, take_sorted, unique_keys
-from analyze.counters.facts import EVENT_COLUMNS, PROD_OF_NULL, column_fact, shape_facts
+from spiketrace.analyze.counters.arrays import Index, TensorStates, numpy_column, take_sorted, unique_keys
+from spiketrace.analyze.counters.facts import EVENT_COLUMNS, PROD_OF_NULL, column_fact, shape_facts
 
 # A tensor use's slot as one integer (computed in SQL): role (arg 0, out 1, kwarg 2, other 3)
 # times 2**20, plus for arg/out 2**19 when it is an item of a list and position + 2**16, for

@@ -3,8 +3,8 @@ operand costs no multiplication, so it counts 0 MACs."""
 
 from __future__ import annotations
 
-from analyze.counters import undecomposed
-from analyze.counters.sql import arg
+from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters.sql import arg
 
 _MM = "CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a1_shape[2] END"
 _ADDMM = "CASE WHEN a1_is01 OR a2_is01 THEN 0 ELSE a1_shape[1] * a1_shape[2] * a2_shape[2] END"

@@ -7,8 +7,8 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from analyze.counters import undecomposed
-from analyze.counters.sql import arg, arg_item, kwarg
+from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
 
 
 def b(slot: str) -> str:

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.counters.engine import ignored_scopes_sql
-from analyze.counters.result import CounterResult, StrictModeError
-from schemas.statistics import NEUROBENCH_ADDED_IN
-from schemas.version import parse_version
+from spiketrace.analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze.counters.result import CounterResult, StrictModeError
+from spiketrace.schemas.statistics import NEUROBENCH_ADDED_IN
+from spiketrace.schemas.version import parse_version
 
 CONVENTIONS = (None, "neurobench")
 COUNTERS = ("synop", "mac")  # Effective_ACs, Effective_MACs

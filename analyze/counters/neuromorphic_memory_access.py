@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze import neurons
-from analyze.trace.views import record_key
+from spiketrace.analyze import neurons
+from spiketrace.analyze.trace.views import record_key
 
 METRICS = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes", "neuron_state_write_bytes")
 SYNAPTIC_CLASSES = (

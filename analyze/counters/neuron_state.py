@@ -34,8 +34,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analyze import neurons as neuron_models
-from analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze import neurons as neuron_models
+from spiketrace.analyze.counters.engine import ignored_scopes_sql
 
 MODEL = "neuron_state"
 

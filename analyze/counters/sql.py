@@ -6,7 +6,7 @@ the op's non-tensor arguments as JSON (`args`, `kwargs`) and its activity statis
 (`stat_conv_spike_taps`, ...). Lists are 1-based in DuckDB: `a0_shape[1]` is dim 0.
 
 A float argument JSON cannot hold (NaN, inf, -inf) is the tagged object {"$float": "nan"}
-(capture/arguments.py); `json_number` reads it as that double, so a rule comparing a scalar
+(capture/ops/arguments.py); `json_number` reads it as that double, so a rule comparing a scalar
 (`alpha <> 1`) sees NaN or an infinity instead of failing to cast the object.
 """
 

@@ -4,7 +4,7 @@ composite conv1d/2d/3d and linear when recorded whole)."""
 
 from __future__ import annotations
 
-from analyze.counters.ac import SYNAPTIC_RULES, UNDECOMPOSED_SYNAPTIC_RULES
+from spiketrace.analyze.counters.ac import SYNAPTIC_RULES, UNDECOMPOSED_SYNAPTIC_RULES
 
 # Beyond SpikingJelly, which has no rule for them: the composite ops recorded whole.
 EXTRA_RULES: dict[str, str] = dict(UNDECOMPOSED_SYNAPTIC_RULES)

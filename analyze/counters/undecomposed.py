@@ -1,6 +1,6 @@
 """Composite ops recorded whole: what every counter needs to count them as their decomposition.
 
-Capture decomposes composite ops while recording (capture/decompositions.py), so a trace
+Capture decomposes composite ops while recording (capture/ops/decompositions.py), so a trace
 usually holds `aten.convolution`, `aten.addmm`, `aten.native_batch_norm`, ... But an op can
 still be recorded whole (a backend that dispatches it, an older capture, a mode stacked
 under ours), and a counter without a rule for it would leave that work out. Each counter
@@ -29,7 +29,7 @@ a default):
 
 from __future__ import annotations
 
-from analyze.counters.sql import arg
+from spiketrace.analyze.counters.sql import arg
 
 CONV_ND = tuple(f"aten.conv{n}d.{overload}" for n in (1, 2, 3) for overload in ("default", "padding"))
 LINEAR = "aten.linear.default"

@@ -3,7 +3,7 @@ to override a shipped rule (with a warning). Like torch's `register_flop_formula
 SpikingJelly's `extra_rules` and fvcore's handles, but offline: a trace captured before the
 rule existed serves it, since rules read the facts every trace holds.
 
-    from analyze.counters import register_rule
+    from spiketrace.analyze.counters import register_rule
     register_rule("mylib::fused_lif", "flop", "4 * o0_numel")     # SQL over the op's facts
 
 or a file passed to `spiketrace counts TRACE --rules my_rules.toml`:
@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Mapping
 
-from analyze.counters.facts import columns_of, compile_rule
+from spiketrace.analyze.counters.facts import columns_of, compile_rule
 
 # counter -> op -> rule, consulted by engine.rules_of after the shipped table
 USER_RULES: dict[str, dict[str, str]] = {}

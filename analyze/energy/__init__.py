@@ -1,7 +1,7 @@
 """Energy models over a trace: activity (preset-independent) x preset -> pJ.
 
-    from analyze import open_trace
-    from analyze.energy import energy, recost
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.energy import energy, recost
     with open_trace("runs/step") as trace:
         report = energy(trace, model="compute", preset="compute-int8-45nm")
         report.energy_total_pj, report.to_frame()
@@ -27,18 +27,18 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.trace.statistics_level import require_level
-from analyze.presets import Preset, PresetError
-from analyze.trace import accepts_path
-from analyze.presets import loader as preset_loader
-from analyze.energy.scopes import SCOPES, default_model, scope_warnings
+from spiketrace.analyze.trace.statistics_level import require_level
+from spiketrace.analyze.presets import Preset, PresetError
+from spiketrace.analyze.trace import accepts_path
+from spiketrace.analyze.presets import loader as preset_loader
+from spiketrace.analyze.energy.scopes import SCOPES, default_model, scope_warnings
 
 # model -> module; a model whose module is absent is not offered.
 _CANDIDATES = {
-    "compute": "analyze.energy.compute",
-    "neuromc": "analyze.energy.neuromc",
-    "lemaire": "analyze.energy.lemaire",
-    "spikesim": "analyze.energy.spikesim",
+    "compute": "spiketrace.analyze.energy.compute",
+    "neuromc": "spiketrace.analyze.energy.neuromc",
+    "lemaire": "spiketrace.analyze.energy.lemaire",
+    "spikesim": "spiketrace.analyze.energy.spikesim",
 }
 MODELS = {name: path for name, path in _CANDIDATES.items() if find_spec(path) is not None}
 DEFAULT_PRESETS = {
@@ -88,7 +88,7 @@ def _preset_for(model: str, preset, overrides=()) -> Preset:
 
 def map_activity(trace, model: str, *, stage=None, compat=None, ignore_modules=(), strict: bool = False, **options):
     """The model's preset-independent activity of `trace`: the expensive step (it reads the
-    trace), which analyze.results.Analysis does once per (model, options)."""
+    trace), which spiketrace.analyze.results.Analysis does once per (model, options)."""
     module = _model(model)
     require_level(trace, f"model {model}")
     return module.activity(trace, stage=stage, ignore_modules=ignore_modules, compat=compat, strict=strict,
@@ -226,7 +226,7 @@ def _bulk_recost(activity, module, bulk, presets, base: Preset, sweep, *, compat
 
 class _CallablePackage(types.ModuleType):
     """`from analyze import energy` gives this package, and the package called is energy():
-    `analyze.energy(trace, "neuromc")` and `analyze.energy.energy(...)` are the same call, so
+    `spiketrace.analyze.energy(trace, "neuromc")` and `spiketrace.analyze.energy.energy(...)` are the same call, so
     the public name and the package it lives in never shadow each other."""
 
     def __call__(self, *args, **kwargs):

@@ -26,10 +26,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.counters import COUNTERS, _ignore_names, _where
-from analyze.counters.engine import count_events
-from analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES, with_totals
-from analyze.counters.sql import MACROS
+from spiketrace.analyze.counters import COUNTERS, _ignore_names, _where
+from spiketrace.analyze.counters.engine import count_events
+from spiketrace.analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES, with_totals
+from spiketrace.analyze.counters.sql import MACROS
 
 MODEL = "compute"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ", "e_memory_pj_per_byte": "pJ/byte"}

@@ -1,7 +1,7 @@
 """Many traces at once: the counts or the energy of several traces (a sweep over seeds, model
 sizes or checkpoints), added up and per trace, in this process or on a Dask cluster.
 
-    from analyze import many
+    from spiketrace.analyze import many
     combined = many.count(["runs/seed=0", "runs/seed=1"], ["flop", "mac"], stage="forward")
     combined.total.totals()          # a CounterResult: every trace's counts added
     combined.totals_by_trace()       # trace, counter, value
@@ -12,7 +12,7 @@ sizes or checkpoints), added up and per trace, in this process or on a Dask clus
     sweep.frame, sweep.by_trace["runs/seed=0"]
 
 A trace argument is a trace directory or a directory of trace directories (traces.py). Each
-trace is evaluated as analyze.counters.count / analyze.energy.energy / analyze.energy.recost
+trace is evaluated as spiketrace.analyze.counters.count / spiketrace.analyze.energy.energy / spiketrace.analyze.energy.recost
 evaluate one trace; the results are added (combine.py). Their memory follows a part of the
 trace, not the trace: the counters and compute stream it, NeuroMC maps a trace of more than
 `shard_events` events a piece at a time (ranks, and a larger rank's step ranges: steps.py),
@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import warnings
 
-from analyze.counters import ALL_COUNTERS
-from analyze.energy import DEFAULT_PRESETS, ModelScopeWarning
-from analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS,
+from spiketrace.analyze.counters import ALL_COUNTERS
+from spiketrace.analyze.energy import DEFAULT_PRESETS, ModelScopeWarning
+from spiketrace.analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS,
                                   CombinedCounts, CombinedEnergy, CombinedRecost, EnergyPart, add_counter_results,
                                   add_energy_parts)
-from analyze.many.engines import ENGINES, EngineUnavailable, open_engine
-from analyze.many.shards import SHARD_EVENTS, CountWork, EnergyWork, RecostWork
-from analyze.many.traces import TraceFacts, find_traces
+from spiketrace.analyze.many.engines import ENGINES, EngineUnavailable, open_engine
+from spiketrace.analyze.many.shards import SHARD_EVENTS, CountWork, EnergyWork, RecostWork
+from spiketrace.analyze.many.traces import TraceFacts, find_traces
 
 __all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SHARD_EVENTS", "SIZE_ROWS", "STEP_ADDITIVE_COUNTERS",
            "STEP_ADDITIVE_MODELS", "CombinedCounts", "CombinedEnergy", "CombinedRecost", "EngineUnavailable",
@@ -46,7 +46,7 @@ __all__ = ["ENGINES", "RANK_ADDITIVE_MODELS", "SHARD_EVENTS", "SIZE_ROWS", "STEP
 def count(traces, counters=None, *, engine: str = "in-process", client=None, scheduler: str | None = None,
           workers: int | None = None, run: str | None = None, verify: bool | None = None, progress: bool = False,
           shard_events: int = SHARD_EVENTS, **options) -> CombinedCounts:
-    """analyze.counters.count(trace, counters, **options) over every trace `traces` names, added
+    """spiketrace.analyze.counters.count(trace, counters, **options) over every trace `traces` names, added
     up (`.total`) and per trace (`.by_trace`). `run`, `verify`: how each trace is opened
     (open_trace's; None: its default). `engine`, `client`, `scheduler`, `workers`, `shard_events`:
     see the module docstring. `progress`: a bar over the traces on a terminal (in-process engine)."""
@@ -66,7 +66,7 @@ def energy(traces, model: str | None = None, preset=None, *, overrides=(), engin
            scheduler: str | None = None, workers: int | None = None, run: str | None = None,
            verify: bool | None = None, progress: bool = False, shard_events: int = SHARD_EVENTS,
            **options) -> CombinedEnergy:
-    """analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
+    """spiketrace.analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
     `traces` names, as report rows: added up (`.frame`) and per trace (`.by_trace`). Model None:
     the preset's, else the traces' default (which they must agree on). Work outside the model's
     scope raises a ModelScopeWarning per trace, as energy() does. `progress`: as count's."""
@@ -90,7 +90,7 @@ def recost(traces, model: str | None = None, presets=None, *, sweep=None, base=N
            client=None, scheduler: str | None = None, workers: int | None = None, run: str | None = None,
            verify: bool | None = None, progress: bool = False, shard_events: int = SHARD_EVENTS,
            **options) -> CombinedRecost:
-    """analyze.energy.recost(trace, model, presets, sweep=, base=, **options) over every trace
+    """spiketrace.analyze.energy.recost(trace, model, presets, sweep=, base=, **options) over every trace
     `traces` names: each trace (or shard) mapped once and costed under every preset, the rows
     (one per preset and breakdown entry) added per preset (`.frame`) and per trace (`.by_trace`).
     Model None: as recost chooses it (the presets', the swept keys', the traces' default), which

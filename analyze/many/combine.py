@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze.counters.result import CounterResult
-from analyze.many.traces import TraceFacts, modules_of
-from analyze.present.energy_table import TOTAL_KEYS, total_of
+from spiketrace.analyze.counters.result import CounterResult
+from spiketrace.analyze.many.traces import TraceFacts, modules_of
+from spiketrace.analyze.present.energy_table import TOTAL_KEYS, total_of
 
 # Models whose report rows, summed over a trace's ranks, equal the report of the whole trace.
 # lemaire is not: its qualia convention pools spike rates over every call of every rank, and its
@@ -61,7 +61,7 @@ def _added(frames: list[pd.DataFrame], keys: list[str], values: list[str], maxim
 
 
 def _sorted_uncovered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Counter, then most calls first, then op: the order analyze.counters gives these tables."""
+    """Counter, then most calls first, then op: the order spiketrace.analyze.counters gives these tables."""
     frame = frame.sort_values(["counter", "calls", "op"], ascending=[True, False, True], ignore_index=True)
     return frame[columns].astype({c: "int64" for c in columns if c in ("calls", "tensor_bytes")})
 
@@ -234,7 +234,7 @@ class CombinedEnergy:
 @dataclass
 class CombinedRecost:
     """A recost of several traces: `frame` every trace's rows (one per preset and breakdown
-    entry, analyze.energy.recost's) added per preset (sizes as SIZE_ROWS says), `by_trace`
+    entry, spiketrace.analyze.energy.recost's) added per preset (sizes as SIZE_ROWS says), `by_trace`
     each trace's rows."""
 
     model: str

@@ -22,8 +22,8 @@ import contextlib
 import logging
 import os
 
-from analyze.many.shards import evaluate_shard, evaluate_trace, plan
-from analyze.trace import TraceError
+from spiketrace.analyze.many.shards import evaluate_shard, evaluate_trace, plan
+from spiketrace.analyze.trace import TraceError
 
 ENGINES = ("in-process", "dask")
 FAN_IN = 16  # shard results added per reduce task
@@ -37,7 +37,7 @@ class InProcessEngine:
     """Each trace evaluated here, one after another: whole, or shard after shard when large."""
 
     def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
-        from analyze.present.progress import each
+        from spiketrace.analyze.present.progress import each
 
         shown = each(labels, "traces", "trace", enabled=progress and len(labels) > 1)
         results = [evaluate_trace(work, label) for label in shown]

@@ -1,6 +1,6 @@
 """The work an engine runs: counting or costing one trace, or one shard of it, with the same
-in-process evaluation as a single trace (analyze.counters.count, analyze.energy.energy,
-analyze.energy.recost).
+in-process evaluation as a single trace (spiketrace.analyze.counters.count, spiketrace.analyze.energy.energy,
+spiketrace.analyze.energy.recost).
 
 A work object holds the question (counters, or model and presets, and their options) and how
 to open traces (run=, verify=; a cluster worker has no CLI context to take them from). A shard
@@ -19,14 +19,14 @@ import itertools
 import warnings
 from dataclasses import dataclass
 
-from analyze.counters import count
-from analyze.energy import ModelScopeWarning, energy, load_preset, model_of, recost
-from analyze.energy.scopes import scope_warnings
-from analyze.many.combine import (RANK_ADDITIVE_MODELS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, EnergyPart,
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import ModelScopeWarning, energy, load_preset, model_of, recost
+from spiketrace.analyze.energy.scopes import scope_warnings
+from spiketrace.analyze.many.combine import (RANK_ADDITIVE_MODELS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, EnergyPart,
                                   add_counter_results, add_energy_parts)
-from analyze.many.steps import restrict, step_bounds, step_ranges
-from analyze.many.traces import TraceFacts, read_facts
-from analyze.trace import TraceError, open_trace
+from spiketrace.analyze.many.steps import restrict, step_bounds, step_ranges
+from spiketrace.analyze.many.traces import TraceFacts, read_facts
+from spiketrace.analyze.trace import TraceError, open_trace
 
 # Events one evaluation reads at most, where the work splits: a trace holding more is evaluated
 # rank by rank (ranks packed up to this many, in process), a rank holding more step range by
@@ -131,7 +131,7 @@ def _agreed_model(work, facts: list[TraceFacts]):
 
 @dataclass(frozen=True)
 class CountWork:
-    """analyze.counters.count(trace, counters, **options) for every trace."""
+    """spiketrace.analyze.counters.count(trace, counters, **options) for every trace."""
 
     counters: tuple[str, ...] | None
     options: dict
@@ -163,7 +163,7 @@ class CountWork:
 
 @dataclass(frozen=True)
 class EnergyWork:
-    """analyze.energy.energy(trace, model, preset, overrides=..., **options) for every trace, as
+    """spiketrace.analyze.energy.energy(trace, model, preset, overrides=..., **options) for every trace, as
     rows (EnergyPart). Model None: each trace's own (named by the preset, or the trace's default),
     which every trace must agree on."""
 
@@ -212,7 +212,7 @@ class EnergyWork:
 
 @dataclass(frozen=True)
 class RecostWork:
-    """analyze.energy.recost(trace, model, presets, sweep=, base=, **options) for every trace:
+    """spiketrace.analyze.energy.recost(trace, model, presets, sweep=, base=, **options) for every trace:
     each shard mapped once and costed under every preset, its rows (one per preset and
     breakdown entry) added per preset. Model None: as EnergyWork's (recost's choice)."""
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-from analyze.trace.views import view_body, view_name
-from schemas.tables import TABLES
+from spiketrace.analyze.trace.views import view_body, view_name
+from spiketrace.schemas.tables import TABLES
 
 # Schema holding each table view as the trace was opened; `main` holds the restricted ones.
 WHOLE_SCHEMA = "spiketrace_whole_rank"

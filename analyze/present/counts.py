@@ -1,14 +1,14 @@
 """What `spiketrace counts` shows: a CounterResult as text tables or as one JSON document.
 
-    from analyze import open_trace
-    from analyze.counters import count
-    from analyze.present.counts import counts_json, table_text
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.counters import count
+    from spiketrace.analyze.present.counts import counts_json, table_text
     with open_trace("runs/step") as trace:
         result = count(trace, ["flop", "mac"], stage="forward")
         document = counts_json(result, trace)
         print(table_text(result, "scope", depth=2))
 
-Nothing here counts: the numbers come from analyze.counters; this module only arranges them
+Nothing here counts: the numbers come from spiketrace.analyze.counters; this module only arranges them
 (and asks the trace which module class each scope is).
 
 ## The JSON document (a stable contract, see docs/counts_json.md)
@@ -48,9 +48,9 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from analyze.counters.result import CounterResult
-from analyze.present.units import human, human_bytes
-from analyze.present.safe_text import safe, safe_line
+from spiketrace.analyze.counters.result import CounterResult
+from spiketrace.analyze.present.units import human, human_bytes
+from spiketrace.analyze.present.safe_text import safe, safe_line
 
 VIEWS = ("scope", "op", "stage", "module-type")
 # What each counter's values count: tables show bytes as bytes (B, KB, ...), the rest in K/M/G.

@@ -5,7 +5,7 @@ number (metric, scope, a, b, delta, relative), and `failures(conditions)` evalua
 `--fail-if` conditions such as `energy.total>+5%` (relative change of B against A),
 `counts.mac>1000` (absolute change) or `spike_rate.Net.sn1<-10%`.
 
-`selection` (analyze.present.selection: --stage --phase --step --rank; --module is refused,
+`selection` (spiketrace.analyze.present.selection: --stage --phase --step --rank; --module is refused,
 as energy is compared) compares the same part of both traces: counts and energy of the
 selection, spike rates and events of its rows.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze.present.selection import selection_of
-from analyze.present.units import format_metric, metric_unit, quantity_in
-from analyze.results import Analysis
+from spiketrace.analyze.present.selection import selection_of
+from spiketrace.analyze.present.units import format_metric, metric_unit, quantity_in
+from spiketrace.analyze.results import Analysis
 CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)"
                        r"\s*(?:(?P<percent>%)|(?P<unit>[A-Za-zµμ]+))?\s*$")
 

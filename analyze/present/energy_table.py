@@ -12,10 +12,10 @@ import pandas as pd
 
 import re
 
-from analyze.energy.scopes import COMPONENT_PARENTS
-from analyze.present.counts import STAGE_ORDER
-from analyze.present.safe_text import safe_line
-from analyze.present.units import format_energy
+from spiketrace.analyze.energy.scopes import COMPONENT_PARENTS
+from spiketrace.analyze.present.counts import STAGE_ORDER
+from spiketrace.analyze.present.safe_text import safe_line
+from spiketrace.analyze.present.units import format_energy
 
 TOTAL_KEYS = ("energy_total_pj", "total_pj")
 

@@ -5,7 +5,7 @@ failures per rank (site, what, error, count, first_seq); `compiled`, torch.compi
 capturing (the trace is the eager graph); `tracker_underflows`, where SpikingJelly 2.0.0's
 ActiveModuleTracker would have aborted the run and the capture went on; `unrecorded_threads`
 (only when there were some), Python threads the capture could not reach that ran while it was
-open (capture/threads.py), whose torch ops, if they ran any, are in no table.
+open (capture/session/threads.py), whose torch ops, if they ran any, are in no table.
 
 A degraded trace is readable and consistent, but its numbers miss the work the capture
 failed to record, so every command that prints numbers says so first, on stderr (stdout stays
@@ -18,7 +18,7 @@ do with it (`--recompute`): not a fault of the capture, but a choice the reader 
 
 from __future__ import annotations
 
-from analyze.energy.scopes import recompute_default
+from spiketrace.analyze.energy.scopes import recompute_default
 
 SHOWN_KINDS = 3  # failure kinds named in the one DEGRADED line; the rest are counted
 

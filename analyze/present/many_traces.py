@@ -1,4 +1,4 @@
-"""What `spiketrace counts` and `energy` show for several traces (analyze.many's results): the
+"""What `spiketrace counts` and `energy` show for several traces (spiketrace.analyze.many's results): the
 per-trace tables of `--by trace`, the per-trace rows of --format csv, and the JSON documents.
 
 ## counts --format json of several traces
@@ -30,10 +30,10 @@ import math
 
 import pandas as pd
 
-from analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame, units_line, value_text
-from analyze.present.energy_table import ordered_frame, total_of
-from analyze.present.safe_text import safe, safe_line
-from analyze.present.units import format_energy
+from spiketrace.analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame, units_line, value_text
+from spiketrace.analyze.present.energy_table import ordered_frame, total_of
+from spiketrace.analyze.present.safe_text import safe, safe_line
+from spiketrace.analyze.present.units import format_energy
 
 
 def counts_by_trace_text(combined, names: list[str], fractions=None, top: int | None = None) -> str:
@@ -50,7 +50,7 @@ def counts_by_trace_text(combined, names: list[str], fractions=None, top: int | 
 
 
 def counts_by_trace_frame(combined, names: list[str]) -> pd.DataFrame:
-    """Each trace's tidy frame (analyze.present.counts.tidy_frame) with a leading `trace` column."""
+    """Each trace's tidy frame (spiketrace.analyze.present.counts.tidy_frame) with a leading `trace` column."""
     frames = [tidy_frame(result, names).assign(trace=label) for label, result in combined.by_trace.items()]
     frame = pd.concat(frames, ignore_index=True)
     return frame[["trace", *(c for c in frame.columns if c != "trace")]]

@@ -16,7 +16,7 @@ title, axis labels with units and labels that do not overlap; `save(figure, path
     sweep_heatmap(frame, x, y)    total energy over two swept keys
     compare(results_a, results_b) per-module energy of two traces side by side
 
-The functions that read a trace take `selection` (analyze.present.selection: a Selection or a
+The functions that read a trace take `selection` (spiketrace.analyze.present.selection: a Selection or a
 mapping of --stage/--phase/--step/--rank/--module): the energy of the selected stages, steps
 and ranks, the counts and spike rates of the selected work.
 """
@@ -33,11 +33,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analyze.energy import SCOPES
-from analyze.present.counts import module_classes, short_class
-from analyze.present.selection import selection_of
-from analyze.present.units import energy_scale
-from analyze.results import Analysis
+from spiketrace.analyze.energy import SCOPES
+from spiketrace.analyze.present.counts import module_classes, short_class
+from spiketrace.analyze.present.selection import selection_of
+from spiketrace.analyze.present.units import energy_scale
+from spiketrace.analyze.results import Analysis
 
 COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_pj": "#C44E52",
                      "neuron_state_memory_pj": "#8172B2", "total_pj": "#937860"}

@@ -6,9 +6,9 @@ This module gathers the page's numbers from one Analysis (the energy model maps 
 once, the counters run once) into plain rows; `templates/report.html.j2` lays them out
 (Jinja2, autoescaped: every trace string is printed escaped), `templates/report.js` makes
 the tables sortable and filterable, `templates/report.css` styles them. Plots are PNG data
-URIs from analyze.present.plots; nothing is fetched when the page is viewed.
+URIs from spiketrace.analyze.present.plots; nothing is fetched when the page is viewed.
 
-`selection` (analyze.present.selection: --stage --phase --step --rank; --module is refused, as
+`selection` (spiketrace.analyze.present.selection: --stage --phase --step --rank; --module is refused, as
 the page is about energy) makes a page of that part of the trace: its energy, counts, spike
 rates and events, named in the summary. `progress=True` shows a bar on a terminal.
 
@@ -31,18 +31,18 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
-from analyze.energy.scopes import trace_phases
-from analyze.present import plots
-from analyze.present.counts import BYTE_COUNTERS, STAGE_ORDER, coverage, human, human_bytes, percent
-from analyze.present.energy_table import energy_rows, total_of
-from analyze.present.health import report_health
-from analyze.present.progress import steps as progress_steps
-from analyze.present.selection import selection_of
-from analyze.present.units import format_energy
-from analyze.results import Analysis
-from analyze.present.bar_chart import series
-from analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
+from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
+from spiketrace.analyze.energy.scopes import trace_phases
+from spiketrace.analyze.present import plots
+from spiketrace.analyze.present.counts import BYTE_COUNTERS, STAGE_ORDER, coverage, human, human_bytes, percent
+from spiketrace.analyze.present.energy_table import energy_rows, total_of
+from spiketrace.analyze.present.health import report_health
+from spiketrace.analyze.present.progress import steps as progress_steps
+from spiketrace.analyze.present.selection import selection_of
+from spiketrace.analyze.present.units import format_energy
+from spiketrace.analyze.results import Analysis
+from spiketrace.analyze.present.bar_chart import series
+from spiketrace.analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
 
 TEMPLATES = Path(__file__).with_name("templates")
 FIGURES = 4  # the plots of the page (_figures)

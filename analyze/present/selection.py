@@ -1,7 +1,7 @@
 """Which part of a trace a command looks at: `--stage --phase --step --rank --module`, the
 same five filters on every command that reads a trace.
 
-    from analyze.present.selection import Selection
+    from spiketrace.analyze.present.selection import Selection
     selection = Selection(phase="backward", rank=0)
     selection.check(trace)                          # SelectionError naming the values the trace has
     count(trace, **selection.counts_options())      # the counters filter events themselves
@@ -18,7 +18,7 @@ Each analysis gets the selection in the form it takes:
   `--module` is refused where energy is computed (SelectionError; `--by module` shows each
   module's energy instead);
 - queries over the views (`info`, `sql`, `collectives`, spike rates) see the views restricted
-  (analyze.trace.views.selected_views).
+  (spiketrace.analyze.trace.views.selected_views).
 
 A filter value the trace does not hold is an error naming the values it does hold (a typo
 must not read as "no work"); values that exist but exclude each other select nothing.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, fields
 
-from analyze.trace.views import selected_views, sql_string
+from spiketrace.analyze.trace.views import selected_views, sql_string
 
 FILTERS = ("stage", "phase", "step", "rank", "module")
 SHOWN_VALUES = 12  # known values listed in an error
@@ -61,7 +61,7 @@ class Selection:
         return ", ".join(f"{k} {v}" for k, v in self.as_dict().items()) or "the whole trace"
 
     def counts_options(self) -> dict:
-        """The keyword arguments of analyze.counters.count (and Analysis.counts)."""
+        """The keyword arguments of spiketrace.analyze.counters.count (and Analysis.counts)."""
         return self.as_dict()
 
     def check(self, *traces) -> None:

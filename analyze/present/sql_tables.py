@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.results import Analysis
-from analyze.trace.views import sql_views
+from spiketrace.analyze.results import Analysis
+from spiketrace.analyze.trace.views import sql_views
 
 RESULT_VIEW_DIR = Path(__file__).resolve().parent / "result_views"
 _NAMES = re.compile(r"\b(?:from|join)\s+(counts|energy(?:_\w+)?)\b", re.IGNORECASE)
@@ -52,8 +52,8 @@ def ensure_for_query(trace, query: str, *, model: str | None = None, preset: str
                      selection=None) -> None:
     """Register `counts` / `energy` (and its views) when `query` reads them and they are absent,
     from the trace's Analysis (computed once, shared with anything else asking it), of the
-    `selection` (analyze.present.selection: a Selection or a mapping of filters) when given."""
-    from analyze.present.selection import selection_of
+    `selection` (spiketrace.analyze.present.selection: a Selection or a mapping of filters) when given."""
+    from spiketrace.analyze.present.selection import selection_of
 
     selection = selection_of(selection)
     wanted = {m.lower() for m in _NAMES.findall(query)}
@@ -62,7 +62,7 @@ def ensure_for_query(trace, query: str, *, model: str | None = None, preset: str
     if "counts" in wanted and "counts" not in present:
         register_counts(trace, analysis.counts(by=("stage",), **selection.counts_options()))
     if any(w.startswith("energy") for w in wanted) and "energy" not in present:
-        from analyze.energy import DEFAULT_PRESETS
+        from spiketrace.analyze.energy import DEFAULT_PRESETS
 
         model = analysis.model(model, preset)
         chosen = preset or DEFAULT_PRESETS[model]

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from analyze.presets.ranges import CHOICES, FALLBACK_LIMIT, RANGES, REQUIRED, REQUIRED_WHEN
-from analyze.presets.units import dimension
+from spiketrace.analyze.presets.ranges import CHOICES, FALLBACK_LIMIT, RANGES, REQUIRED, REQUIRED_WHEN
+from spiketrace.analyze.presets.units import dimension
 
 
 class PresetError(ValueError):

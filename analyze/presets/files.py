@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from analyze.presets.checks import PresetError
+from spiketrace.analyze.presets.checks import PresetError
 
 MAX_FILE_BYTES = 1 << 20
 _TOML_AT = re.compile(r"\(at line (\d+), column \d+\)")

@@ -18,7 +18,7 @@ each naming the file (or the override) and the key.
 Which models exist is the energy package's business, not this one's: every loader takes
 `models`, a function from a model name to its module (PRESET_UNITS, Costs,
 PRESET_ZERO_ALLOWED), and a loaded Preset keeps that module as its `spec`.
-analyze.energy binds its registry (analyze.energy.load_preset), so presets never import
+spiketrace.analyze.energy binds its registry (spiketrace.analyze.energy.load_preset), so presets never import
 the models that import them.
 """
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from analyze.presets.checks import (PresetError, brief, match, number_problems, plain_value_problems,
+from spiketrace.analyze.presets.checks import (PresetError, brief, match, number_problems, plain_value_problems,
                                     required_problems, shown, too_deep)
-from analyze.presets.files import read_document
-from analyze.presets.overrides import override_value, parse_assignments, shown_raw
-from analyze.presets.units import NON_NUMBERS, convert
+from spiketrace.analyze.presets.files import read_document
+from spiketrace.analyze.presets.overrides import override_value, parse_assignments, shown_raw
+from spiketrace.analyze.presets.units import NON_NUMBERS, convert
 
 PRESET_DIR = Path(__file__).resolve().parent
 ModelLookup = Callable[[str], Any]  # model name -> its module; raises PresetError when unknown

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from analyze.presets.checks import PresetError, number_problems, parse_number, plain_value_problems
-from analyze.presets.ranges import CHOICES
-from analyze.presets.units import NON_NUMBERS, convert
+from spiketrace.analyze.presets.checks import PresetError, number_problems, parse_number, plain_value_problems
+from spiketrace.analyze.presets.ranges import CHOICES
+from spiketrace.analyze.presets.units import NON_NUMBERS, convert
 
 
 def shown_raw(raw) -> str:

@@ -3,9 +3,9 @@ committed parts, checked on open (parts.py), validate's checks of rows (part_row
 across tables (integrity.py), one DuckDB view per table plus the named SQL views (views.py,
 sql_views/), spill directories (spill.py), and the opened `Trace` (reader.py)."""
 
-from analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
-from analyze.trace.parts import Part
-from analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceChangedError, accepts_path, open_trace
+from spiketrace.analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
+from spiketrace.analyze.trace.parts import Part
+from spiketrace.analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceChangedError, accepts_path, open_trace
 
 __all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceChangedError", "TraceError",
            "TraceNotFoundError", "TraceVersionError", "accepts_path", "open_trace"]

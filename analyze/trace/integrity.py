@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import duckdb
 
-from analyze.trace.manifest import COMPLETE
-from analyze.trace.parts import Part
-from analyze.trace.views import view_name
-from schemas.tables import TABLES
+from spiketrace.analyze.trace.manifest import COMPLETE
+from spiketrace.analyze.trace.parts import Part
+from spiketrace.analyze.trace.views import view_name
+from spiketrace.schemas.tables import TABLES
 
 # Columns that name a row of another table (documented as such in schemas/tables.py):
 # (table, column, referenced table, referenced column); compared within a rank.

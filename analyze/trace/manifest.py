@@ -16,10 +16,10 @@ import json
 import time
 from pathlib import Path
 
-from analyze.trace.manifest_model import check_manifest
-from schemas import layout
-from schemas.safe_files import UnsafeFileError, read_regular
-from schemas.version import SchemaVersionError, check_readable
+from spiketrace.analyze.trace.manifest_model import check_manifest
+from spiketrace.schemas import layout
+from spiketrace.schemas.safe_files import UnsafeFileError, read_regular
+from spiketrace.schemas.version import SchemaVersionError, check_readable
 
 COMPLETE = "complete"
 MANIFEST_LIMIT = 1 << 28  # bytes; a manifest listing 100k parts per table stays far below

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas import layout
+from spiketrace.schemas import layout
 
 MAX_COUNT = 2**53  # rows, bytes and counts beyond this are no real trace's
 MAX_PARTS = 100_000  # per table and rank: 20 billion events at the default flush size
@@ -32,7 +32,7 @@ class PartEntry(BaseModel):
 
 
 class FailureEntry(BaseModel):
-    """One kind of the capture's own failure (capture/failures.py)."""
+    """One kind of the capture's own failure (capture/store/failures.py)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     site: str = Field(max_length=100)

@@ -15,12 +15,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyze.trace.manifest import first_line
-from analyze.trace.parts import Part
-from analyze.trace.views import sql_string
-from schemas.plausibility import ORDERED, RULES, Rule
-from schemas.safe_files import checksum_of_file
-from schemas.tables import TABLES
+from spiketrace.analyze.trace.manifest import first_line
+from spiketrace.analyze.trace.parts import Part
+from spiketrace.analyze.trace.views import sql_string
+from spiketrace.schemas.plausibility import ORDERED, RULES, Rule
+from spiketrace.schemas.safe_files import checksum_of_file
+from spiketrace.schemas.tables import TABLES
 
 
 def checksum_problem(part: Part) -> str | None:

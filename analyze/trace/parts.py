@@ -19,11 +19,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyze.trace.manifest import COMPLETE, TraceError, check_version, first_line
-from schemas import layout
-from schemas.safe_files import UnsafeFileError, check_plain_directory, checksum_of_handle, open_regular
-from schemas.tables import TABLES
-from schemas.version import SCHEMA_VERSION, added_after, parse_version
+from spiketrace.analyze.trace.manifest import COMPLETE, TraceError, check_version, first_line
+from spiketrace.schemas import layout
+from spiketrace.schemas.safe_files import UnsafeFileError, check_plain_directory, checksum_of_handle, open_regular
+from spiketrace.schemas.tables import TABLES
+from spiketrace.schemas.version import SCHEMA_VERSION, added_after, parse_version
 
 LEFTOVERS_SHOWN = 5  # leftover files named one by one; the rest are counted
 

@@ -27,12 +27,12 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from analyze.trace.integrity import find_problems
-from analyze.trace.manifest import COMPLETE, TraceError, read_manifests
-from analyze.trace.part_rows import part_problems
-from analyze.trace.parts import Part, PartVanishedError, find_parts
-from analyze.trace.spill import remove_orphans
-from analyze.trace.views import create_views
+from spiketrace.analyze.trace.integrity import find_problems
+from spiketrace.analyze.trace.manifest import COMPLETE, TraceError, read_manifests
+from spiketrace.analyze.trace.part_rows import part_problems
+from spiketrace.analyze.trace.parts import Part, PartVanishedError, find_parts
+from spiketrace.analyze.trace.spill import remove_orphans
+from spiketrace.analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
 STAGES_QUERY = "SELECT * FROM stages ORDER BY rank, begin_seq"
@@ -267,7 +267,7 @@ class Trace:
         }
         compiled_seen = sorted({str(what) for m in self.manifests.values() for what in m.get("compiled_seen") or []})
         underflows = [entry for m in self.manifests.values() for entry in m.get("tracker_underflows") or []]
-        # Python threads that ran unrecorded while the capture was open (capture/threads.py):
+        # Python threads that ran unrecorded while the capture was open (capture/session/threads.py):
         # a key only when there were some, as the documents were before it.
         unrecorded = [{"rank": rank, **entry} for rank, m in sorted(self.manifests.items())
                       for entry in m.get("unrecorded_threads") or [] if isinstance(entry, dict)]

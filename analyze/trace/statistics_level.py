@@ -9,7 +9,7 @@ with the reason and the fix, instead of returning a number that is silently wron
 
 from __future__ import annotations
 
-from schemas.statistics_levels import LEVELS, covers, level_of
+from spiketrace.schemas.statistics_levels import LEVELS, covers, level_of
 
 # analysis -> the least level whose statistics its rules read.
 NEEDED_LEVEL: dict[str, str] = {

@@ -1,7 +1,7 @@
 """The DuckDB views over a trace's Parquet parts: one per table, plus a few derived ones.
 
 Every table view spans all parts of all ranks and has the columns of the reader's schema
-(schemas.tables) in schema order, then `rank` (INTEGER, from the `rank=R` directory), then
+(spiketrace.schemas.tables) in schema order, then `rank` (INTEGER, from the `rank=R` directory), then
 any extra columns the files hold (written by a newer minor version). A column the files lack
 (written by an older minor version) reads as a typed NULL, and a table with no parts reads as
 an empty view with the same columns. Dictionary-encoded strings read as plain VARCHAR.
@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from schemas.tables import TABLES
+from spiketrace.schemas.tables import TABLES
 
 # DuckDB schema holding one empty, typed table per trace table: the columns every view has.
 EMPTY_SCHEMA = "spiketrace_empty"

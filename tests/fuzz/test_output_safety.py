@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyze.cli import main
-from analyze.present.energy_table import energy_text
-from analyze.present.safe_text import NonFiniteError, json_text, safe, safe_line
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.present.energy_table import energy_text
+from spiketrace.analyze.present.safe_text import NonFiniteError, json_text, safe, safe_line
 from tests.test_trace_reader import OPS, write_trace
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,10 +25,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyze.energy import PresetError, load_preset, read_preset_file
-from analyze.presets import PRESET_DIR, shipped_presets
-from analyze.presets.ranges import CHOICES
-from analyze.presets.units import dimension
+from spiketrace.analyze.energy import PresetError, load_preset, read_preset_file
+from spiketrace.analyze.presets import PRESET_DIR, shipped_presets
+from spiketrace.analyze.presets.ranges import CHOICES
+from spiketrace.analyze.presets.units import dimension
 
 SHIPPED = sorted(shipped_presets())
 DOCUMENTS = {name: tomllib.loads((PRESET_DIR / f"{name}.toml").read_text()) for name in SHIPPED}

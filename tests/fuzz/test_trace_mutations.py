@@ -34,10 +34,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyze import TraceError, open_trace
-from analyze.counters import count
-from analyze.energy import energy
-from schemas import layout
+from spiketrace.analyze import TraceError, open_trace
+from spiketrace.analyze.counters import count
+from spiketrace.analyze.energy import energy
+from spiketrace.schemas import layout
 from tests.trace_surgery import recommit, rewrite_part
 
 pytest.importorskip("spikingjelly")

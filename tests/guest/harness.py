@@ -53,8 +53,8 @@ def last_line(text: str) -> str:
 
 def check_trace(trace: Path, *, counts: bool = True) -> dict:
     """The trace validates and counts; every degraded entry names where it came from."""
-    from analyze import open_trace
-    from analyze.counters import counts as count
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.counters import counts as count
 
     manifest = json.loads((trace / "manifest.json").read_text()) if (trace / "manifest.json").exists() else None
     if manifest is None:

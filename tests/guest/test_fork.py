@@ -1,5 +1,5 @@
 """A process forked while a Recorder is open records nothing and never touches the parent's
-trace (capture/forks.py); the parent's trace comes out complete, with all of its own ops.
+trace (capture/session/forks.py); the parent's trace comes out complete, with all of its own ops.
 
 Each program (tests/guest/programs/fork_*.py) runs plain and under capture (harness.compare:
 what the user sees is the same, the trace validates and counts). The children run an op the
@@ -16,8 +16,8 @@ import os
 import pickle
 from pathlib import Path
 
-from analyze import open_trace
-from capture.writer import TraceWriter
+from spiketrace.analyze import open_trace
+from spiketrace.capture.store.writer import TraceWriter
 from tests.guest.harness import compare
 
 

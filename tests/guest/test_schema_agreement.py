@@ -9,7 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
+from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
 from tests.guest.harness import compare
 
 PATHS = {"compiled": {}, "python": {"SPIKETRACE_SLOW_PATHS": "all"}}

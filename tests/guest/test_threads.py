@@ -1,4 +1,4 @@
-"""Ops of other Python threads (capture/threads.py): threads started while the recorder is open
+"""Ops of other Python threads (capture/session/threads.py): threads started while the recorder is open
 are recorded, each under a `thread` value of its own; threads that existed before it opened are
 not, and the manifest and the analysis say so."""
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analyze.cli import main
+from spiketrace.analyze.cli import main
 from tests.guest.harness import compare
 
 PATHS = {"compiled": {}, "python": {"SPIKETRACE_SLOW_PATHS": "all"}}

@@ -1,7 +1,7 @@
 """What a guest program imports: the capture when the harness asks for it, nothing otherwise.
 
 A program in tests/guest/programs/ is written as a user writes a script, with one difference:
-it opens its Recorder through `recording(...)`, which is a real `capture.Recorder` when the
+it opens its Recorder through `recording(...)`, which is a real `spiketrace.capture.Recorder` when the
 harness runs it under capture (SPIKETRACE_GUEST_TRACE names the trace) and a stand-in whose
 `stage`, `suspend` and `step` do nothing when it runs plain. Everything the user would look at
 (outputs, losses, gradients, parameters, the exceptions the program caught) goes to `report`,
@@ -42,7 +42,7 @@ class _Plain:
 def recording(model=None, optimizer=None, **options):
     if TRACE is None:
         return _Plain()
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     return Recorder(TRACE, model=model, optimizer=optimizer, **options)
 

@@ -13,9 +13,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from analyze import Analysis
-from analyze.cli import main
-from analyze.counters import ALL_COUNTERS, COUNTERS, count
+from spiketrace.analyze import Analysis
+from spiketrace.analyze.cli import main
+from spiketrace.analyze.counters import ALL_COUNTERS, COUNTERS, count
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job, table
 
 BOOKKEEPING = ("aten.detach.default", "aten.view.default")  # alias ops checkpointing adds or drops

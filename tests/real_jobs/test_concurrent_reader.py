@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from analyze import TraceError, open_trace
-from analyze.trace import TraceChangedError
+from spiketrace.analyze import TraceError, open_trace
+from spiketrace.analyze.trace import TraceChangedError
 from tests.real_jobs.tracefiles import JOBS, REPO
 
 STEPS = 30

@@ -11,9 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyze import open_trace
-from analyze.cli import main
-from capture import Recorder
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.cli import main
+from spiketrace.capture import Recorder
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job, table
 
 EXPECTED_KINDS = {"ddp": {"allreduce", "broadcast"}, "fsdp": {"allgather", "reduce_scatter"}}

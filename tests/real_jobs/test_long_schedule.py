@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from capture import schedule
+from spiketrace.capture import schedule
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job, table
 
 STEPS = 300

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from analyze import open_trace
+from spiketrace.analyze import open_trace
 
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from schemas import layout
-from schemas.tables import TABLES
+from spiketrace.schemas import layout
+from spiketrace.schemas.tables import TABLES
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("jobs")

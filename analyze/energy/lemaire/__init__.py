@@ -1,7 +1,7 @@
 """The Lemaire analytical energy model (Lemaire et al., ICONIP 2022), in two conventions.
 
-    from analyze import open_trace
-    from analyze.energy import energy, recost
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.energy import energy, recost
     with open_trace("runs/step") as trace:
         report = energy(trace, model="lemaire", preset="lemaire-spikingjelly")   # or "lemaire-qualia"
         report.total_pj, report.breakdown_pj, report.counts, report.to_frame()
@@ -25,10 +25,10 @@ strict=False; strict=True raises its ValueError instead.
 
 from __future__ import annotations
 
-from analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
-from analyze.energy.lemaire.mapper import LemaireActivity, activity, qualia_layer_terms
-from analyze.energy.lemaire.sql import CONVENTIONS
-from analyze.energy.lemaire.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
+from spiketrace.analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
+from spiketrace.analyze.energy.lemaire.mapper import LemaireActivity, activity, qualia_layer_terms
+from spiketrace.analyze.energy.lemaire.sql import CONVENTIONS
+from spiketrace.analyze.energy.lemaire.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
 
 MODEL = "lemaire"
 PRESET_UNITS: dict[str, str] = {

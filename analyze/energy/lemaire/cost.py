@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.energy.lemaire.mapper import LemaireActivity
-from analyze.energy.lemaire.sql import ACCESSES, CONVENTIONS, WORD_BYTES
+from spiketrace.analyze.energy.lemaire.mapper import LemaireActivity
+from spiketrace.analyze.energy.lemaire.sql import ACCESSES, CONVENTIONS, WORD_BYTES
 
 BUFFER_OF = {"read_in_bytes": "inout", "write_out_bytes": "inout", "read_params_bytes": "params",
              "read_potential_bytes": "potential", "write_potential_bytes": "potential"}

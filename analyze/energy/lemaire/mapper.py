@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze import neurons
-from analyze.counters import _ignore_names, _where
-from analyze.counters.sql import MACROS
-from analyze.energy.lemaire import residual
-from analyze.energy.lemaire.sql import (
+from spiketrace.analyze import neurons
+from spiketrace.analyze.counters import _ignore_names, _where
+from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.energy.lemaire import residual
+from spiketrace.analyze.energy.lemaire.sql import (
     ACCESS_MACRO,
     CONVENTIONS,
     MODEL,

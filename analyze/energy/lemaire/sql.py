@@ -4,8 +4,8 @@ per-layer terms (mapper.py runs them and documents both conventions)."""
 
 from __future__ import annotations
 
-from analyze import neurons
-from analyze.counters.neuromorphic_memory_access import LINEAR_CLASS, SYNAPTIC_CLASSES
+from spiketrace.analyze import neurons
+from spiketrace.analyze.counters.neuromorphic_memory_access import LINEAR_CLASS, SYNAPTIC_CLASSES
 
 MODEL = "lemaire"  # its name for analyze/neurons.py
 

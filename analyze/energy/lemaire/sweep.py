@@ -21,8 +21,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.energy.lemaire.cost import LemaireCosts
-from analyze.energy.lemaire.sql import WORD_BYTES
+from spiketrace.analyze.energy.lemaire.cost import LemaireCosts
+from spiketrace.analyze.energy.lemaire.sql import WORD_BYTES
 
 # The numeric keys (recost costs a sweep of convention or qualia.sram_estimation preset by preset).
 SWEEPABLE = ("e_add_pj", "e_mul_pj", "snn_fifo_capacity_elements", "memory_breakpoints.*", "qualia.mem_width",

@@ -1,8 +1,8 @@
 """NeuroMC energy, offline, equal to SpikingJelly 2.0.0's NeuroMCEnergyProfiler /
 estimate_neuromc_runtime_energy (op_counter/neuromc/).
 
-    from analyze import open_trace
-    from analyze.energy import neuromc
+    from spiketrace.analyze import open_trace
+    from spiketrace.analyze.energy import neuromc
     with open_trace("runs/step") as trace:
         activity = neuromc.activity(trace)                 # the mapping, once
         report = neuromc.cost(activity, neuromc.Costs())   # any number of presets
@@ -14,7 +14,7 @@ fragments from optimizer_steps (optimizer.py), held as the kinds of fragment a r
 (kinds.py); then per kind its primitive counts and the bits it moves per memory instance
 (activity.py). Costing (report.py) prices them under a preset (costs.py).
 
-A trace of more than `shard_events` events (analyze.many.SHARD_EVENTS by default) is mapped
+A trace of more than `shard_events` events (spiketrace.analyze.many.SHARD_EVENTS by default) is mapped
 a piece at a time (parts.py): ranks packed up to that many events, a larger rank a range of
 its steps at a time (analyze/many/steps.py), each piece shown in the trace's views in turn.
 Every fragment, stage, weight reuse and optimizer step is one step's own, and the pieces'
@@ -48,17 +48,17 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze.counters import RECOMPUTE_CHOICES
-from analyze.energy.neuromc import kinds as fragment_kinds
-from analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
-from analyze.energy.neuromc.costs import PRESET_UNITS, Costs, MemoryInstanceSpec
-from analyze.energy.neuromc.modules import leftover_classes
-from analyze.energy.neuromc.optimizer import optimizer_refusals
-from analyze.energy.neuromc.parts import SLOTS, added_uncosted, map_part
-from analyze.energy.neuromc.report import UNCOSTED_COLUMNS, Report, cost
-from analyze.energy.neuromc.sql import install
-from analyze.energy.neuromc.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
-from analyze.energy.scopes import recompute_default
+from spiketrace.analyze.counters import RECOMPUTE_CHOICES
+from spiketrace.analyze.energy.neuromc import kinds as fragment_kinds
+from spiketrace.analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
+from spiketrace.analyze.energy.neuromc.costs import PRESET_UNITS, Costs, MemoryInstanceSpec
+from spiketrace.analyze.energy.neuromc.modules import leftover_classes
+from spiketrace.analyze.energy.neuromc.optimizer import optimizer_refusals
+from spiketrace.analyze.energy.neuromc.parts import SLOTS, added_uncosted, map_part
+from spiketrace.analyze.energy.neuromc.report import UNCOSTED_COLUMNS, Report, cost
+from spiketrace.analyze.energy.neuromc.sql import install
+from spiketrace.analyze.energy.neuromc.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
+from spiketrace.analyze.energy.scopes import recompute_default
 
 MODEL = "neuromc"
 NeuroMCCosts = Costs
@@ -173,7 +173,7 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
              recompute=None, shard_events: int | None = None, **options) -> Activity:
     """Map `trace` to NeuroMC activity. stage/step/rank select fragments (a value or a list);
     recompute: "include" (the default), "exclude" (compat's default) or "only". A trace of
-    more than `shard_events` events (None: analyze.many.SHARD_EVENTS) is mapped a piece at a
+    more than `shard_events` events (None: spiketrace.analyze.many.SHARD_EVENTS) is mapped a piece at a
     time (see the module docstring)."""
     if options:
         raise TypeError(f"the neuromc model takes no options {sorted(options)} "
@@ -182,10 +182,10 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
         raise ValueError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
     if recompute not in (None, *RECOMPUTE_CHOICES):
         raise ValueError(f"recompute must be one of {RECOMPUTE_CHOICES}, got {recompute!r}")
-    # analyze.many holds the pieces' size and how to show them; it imports this package's
+    # spiketrace.analyze.many holds the pieces' size and how to show them; it imports this package's
     # parent, so it is imported when a trace is mapped, not when this module is
-    from analyze.many.shards import SHARD_EVENTS
-    from analyze.many.steps import shown_in_ranges
+    from spiketrace.analyze.many.shards import SHARD_EVENTS
+    from spiketrace.analyze.many.steps import shown_in_ranges
 
     spikingjelly = compat == "spikingjelly"
     selection = (stage, step, rank, recompute or recompute_default(MODEL, compat))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc import rules as rules
 
 
 def _scalar_counts(f: pd.DataFrame) -> dict[str, pd.Series]:

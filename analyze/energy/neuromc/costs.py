@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc import rules as rules
 
 REQUIRED_INSTANCES = (
     "reg_1b", "reg_16b", "reg_32b", "sram_fp_conv_in_s", "sram_fp_conv_in_w", "sram_fp_conv_out_xi",

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.energy.neuromc import rules as rules
-from analyze.energy.neuromc.gemm_queue import forward_spike_of_backward_gemms
-from analyze.energy.neuromc.modules import finish
-from analyze.energy.neuromc.sql import quoted_list
-from analyze.trace.views import record_key
+from spiketrace.analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc.gemm_queue import forward_spike_of_backward_gemms
+from spiketrace.analyze.energy.neuromc.modules import finish
+from spiketrace.analyze.energy.neuromc.sql import quoted_list
+from spiketrace.analyze.trace.views import record_key
 
 SIGNATURE = ("rank", "stage", "phase", "core_type", "process_key", "BT", "C", "K", "OY", "OX", "FY", "FX",
              "input_precision_bits", "weight_precision_bits", "output_precision_bits",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.energy.neuromc.rules import GEMM_ALTERNATIVE
+from spiketrace.analyze.energy.neuromc.rules import GEMM_ALTERNATIVE
 
 
 def forward_spike_of_backward_gemms(events: pd.DataFrame, kind: pd.Series) -> pd.Series:

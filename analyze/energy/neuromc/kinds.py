@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.energy.neuromc import rules
-from analyze.energy.neuromc.fallback import SIGNATURE
+from spiketrace.analyze.energy.neuromc import rules
+from spiketrace.analyze.energy.neuromc.fallback import SIGNATURE
 
 # A fragment part's place in the run: what tells apart the parts of one kind. order_group:
 # 0 for module hook and optimizer fragments, 1 for trace fragments (SpikingJelly lists them after).

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze import neurons
-from analyze.energy.neuromc import rules as rules
-from analyze.energy.neuromc.sql import (
+from spiketrace.analyze import neurons
+from spiketrace.analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc.sql import (
     ignored_module_condition,
     layout,
     quoted_list,

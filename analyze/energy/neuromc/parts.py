@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyze import neurons
-from analyze.energy.neuromc import kinds as fragment_kinds
-from analyze.energy.neuromc import rules
-from analyze.energy.neuromc.fallback import trace_fragments, uncosted_ops
-from analyze.energy.neuromc.modules import module_fragments
-from analyze.energy.neuromc.optimizer import optimizer_fragments
+from spiketrace.analyze import neurons
+from spiketrace.analyze.energy.neuromc import kinds as fragment_kinds
+from spiketrace.analyze.energy.neuromc import rules
+from spiketrace.analyze.energy.neuromc.fallback import trace_fragments, uncosted_ops
+from spiketrace.analyze.energy.neuromc.modules import module_fragments
+from spiketrace.analyze.energy.neuromc.optimizer import optimizer_fragments
 
 # Uncosted work, kept per kind of row (slot) in the order the activity lists them; a slot's
 # rows are keyed by name (op rows) or by name and reason (call rows).

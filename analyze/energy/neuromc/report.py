@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyze.energy.neuromc import rules as rules
-from analyze.energy.neuromc.costs import Costs
+from spiketrace.analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc.costs import Costs
 
 UNCOSTED_COLUMNS = ("kind", "name", "calls", "input_elements", "output_elements", "bytes_read", "bytes_written",
                     "bits", "stages", "modules", "reason")

@@ -8,7 +8,7 @@ vectorised expression over all calls.
 
 from __future__ import annotations
 
-from analyze.counters.sql import MACROS
+from spiketrace.analyze.counters.sql import MACROS
 
 # Macros the NeuroMC SQL uses on top of the counters' `prod`.
 NEUROMC_MACROS = (

@@ -23,8 +23,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analyze.energy.neuromc import rules as rules
-from analyze.energy.neuromc.costs import Costs
+from spiketrace.analyze.energy.neuromc import rules as rules
+from spiketrace.analyze.energy.neuromc.costs import Costs
 
 INSTANCE_FIELDS = ("size_bits", "r_bw", "w_bw", "r_cost", "w_cost")
 

@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Mapping
 
-from analyze.energy import Preset, PresetError, load_preset
+from spiketrace.analyze.energy import Preset, PresetError, load_preset
 
 FIELDS = {"size": "size_bits", "r_bw": "r_bw", "w_bw": "w_bw", "r_cost": "r_cost", "w_cost": "w_cost"}
 

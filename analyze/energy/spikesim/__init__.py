@@ -1,6 +1,6 @@
 """SpikeSim energy, SpikingJelly 2.0.0's estimate_spikesim_energy, plus SpikeSim's area and latency.
 
-    from analyze.energy import energy
+    from spiketrace.analyze.energy import energy
     report = energy(trace, "spikesim", "spikesim-rram-64")                      # dense mode
     report = energy(trace, "spikesim", "spikesim-sram-64", overrides=["activity_mode=event", "xbar_size=128"])
     report.energy_total_pj, report.energy_by_stage, report.area_mm2, report.latency_ms
@@ -36,10 +36,10 @@ from typing import Any
 
 import pandas as pd
 
-from analyze.energy.spikesim import cost as formulas
-from analyze.energy.spikesim.mapper import KEEP_SETTING, Activity, map_trace
-from analyze.energy.spikesim.sweep import PJ_FIELDS as _PJ_FIELDS
-from analyze.energy.spikesim.sweep import SWEEPABLE, linear_totals  # noqa: F401 (SWEEPABLE: recost's bulk keys)
+from spiketrace.analyze.energy.spikesim import cost as formulas
+from spiketrace.analyze.energy.spikesim.mapper import KEEP_SETTING, Activity, map_trace
+from spiketrace.analyze.energy.spikesim.sweep import PJ_FIELDS as _PJ_FIELDS
+from spiketrace.analyze.energy.spikesim.sweep import SWEEPABLE, linear_totals  # noqa: F401 (SWEEPABLE: recost's bulk keys)
 
 MODEL = "spikesim"
 _AREA_UM2 = ("rram_xbar_um2", "sram_xbar_um2", "temp_buffer_um2", "sub_um2", "adc_um2", "htree_um2", "mux_um2")
@@ -231,8 +231,8 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         raise TypeError(f"the spikesim model takes no options {sorted(options)}")
     if compat not in (None, "spikingjelly"):
         raise ValueError(f"compat must be None or 'spikingjelly', got {compat!r}")
-    from analyze.counters import _ignore_names, _where
-    from analyze.counters.engine import ignored_scopes_sql
+    from spiketrace.analyze.counters import _ignore_names, _where
+    from spiketrace.analyze.counters.engine import ignored_scopes_sql
 
     where = _where(stage=stage, step=step, rank=rank, recompute=recompute)
     names = _ignore_names(ignore_modules)

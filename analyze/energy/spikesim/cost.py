@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analyze.energy.spikesim.mapper import GEOMETRY  # noqa: F401 (the call geometry a stage's calls share)
+from spiketrace.analyze.energy.spikesim.mapper import GEOMETRY  # noqa: F401 (the call geometry a stage's calls share)
 
 ROW_DIVISOR = 8.0  # SpikingJelly's _SPIKESIM_XBAR_ROW_DIVISOR: SpikeSim's (xbar_size / 8) factor
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyze import neurons
+from spiketrace.analyze import neurons
 
 MODEL = "spikesim"  # its name for analyze/neurons.py
 CONV2D_CLASS = "torch.nn.modules.conv.Conv2d"

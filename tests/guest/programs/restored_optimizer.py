@@ -18,7 +18,7 @@ adam.zero_grad()
 group = adam.param_groups[0]
 moments = adam.state[net[0].weight]["exp_avg"]
 if TRACE is not None:
-    from capture import record_training_step
+    from spiketrace.capture import record_training_step
 
     record_training_step(TRACE, net, x, target=target, loss_fn=loss_fn, optimizer=adam)
 # The user freezes the run through the objects they hold: nothing may move now.

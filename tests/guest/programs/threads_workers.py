@@ -3,7 +3,7 @@ forward of a shared model and the gradient with respect to its own input; the ma
 runs the same work once, for the test to compare each worker's events with.
 
 No model is bound: torch.autograd.grad with respect to an input under a Recorder bound to the
-model raised in capture/tracker.py when this was written (tests/guest/programs/grad_wrt_input.py)."""
+model raised in capture/modules/tracker.py when this was written (tests/guest/programs/grad_wrt_input.py)."""
 
 import threading
 

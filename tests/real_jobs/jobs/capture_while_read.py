@@ -14,7 +14,7 @@ import torch
 from spikingjelly.activation_based import functional, layer, neuron
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir, STEPS = Path(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)

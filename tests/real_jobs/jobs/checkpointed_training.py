@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir = Path(sys.argv[1])
 inside = [0]  # which checkpointed function is running (1 or 2), 0 for none

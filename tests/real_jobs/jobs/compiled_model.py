@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir = Path(sys.argv[1])
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

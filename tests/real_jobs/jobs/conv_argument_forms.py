@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from spikingjelly.activation_based import surrogate
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir = Path(sys.argv[1])
 spike = surrogate.ATan()  # Heaviside forward, surrogate gradient backward

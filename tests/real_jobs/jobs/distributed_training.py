@@ -71,7 +71,7 @@ def worker(rank: int, out_dir: str, kind: str, port: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     result = {"rank": rank}
     try:

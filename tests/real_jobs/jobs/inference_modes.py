@@ -16,7 +16,7 @@ import torch
 from spikingjelly.activation_based import functional, layer, neuron
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir = Path(sys.argv[1])
 torch.manual_seed(0)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 # The functions replaced below are the Python path's; the compiled per-op record and scan
-# (capture/native.py) would take these ops without reaching them, so they are switched off
+# (capture/native/__init__.py) would take these ops without reaching them, so they are switched off
 # (tests/test_native.py injects a failure the compiled path meets).
 os.environ["SPIKETRACE_SLOW_PATHS"] = "native_record,native_statistics"
 
@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import capture.dispatch
-import capture.modules
-import capture.op_statistics
-import capture.optimizers
-import capture.tensors
-from capture import Recorder
-from capture.example import SpikeFunction
+import spiketrace.capture.ops.dispatch
+import spiketrace.capture.modules.catalog
+import spiketrace.capture.ops.op_statistics
+import spiketrace.capture.ops.optimizers
+import spiketrace.capture.tensors.registry
+from spiketrace.capture import Recorder
+from spiketrace.capture.session.example import SpikeFunction
 
 out_dir = Path(sys.argv[1])
 
@@ -47,9 +47,9 @@ def broken(name):
     return fail
 
 
-real_python_stats = capture.tensors.python_stats
-real_written_arguments = capture.dispatch.written_arguments
-real_module_id = capture.modules.ModuleCatalog.module_id
+real_python_stats = spiketrace.capture.tensors.registry.python_stats
+real_written_arguments = spiketrace.capture.ops.dispatch.written_arguments
+real_module_id = spiketrace.capture.modules.catalog.ModuleCatalog.module_id
 
 
 def python_stats(t):
@@ -70,12 +70,12 @@ def module_id(self, module, tracker_name=None, **kwargs):
     return real_module_id(self, module, tracker_name, **kwargs)
 
 
-capture.op_statistics.STATISTIC_FUNCTIONS["conv_spike_taps"] = broken("conv_spike_taps")
-# the scan a tensor's state takes with the compiled scan off (capture/tensors.py)
-capture.tensors.python_stats = python_stats
-capture.dispatch.written_arguments = written_arguments
-capture.modules.ModuleCatalog.module_id = module_id
-capture.optimizers._hyperparameters = broken("the optimizer hook")
+spiketrace.capture.ops.op_statistics.STATISTIC_FUNCTIONS["conv_spike_taps"] = broken("conv_spike_taps")
+# the scan a tensor's state takes with the compiled scan off (capture/tensors/registry.py)
+spiketrace.capture.tensors.registry.python_stats = python_stats
+spiketrace.capture.ops.dispatch.written_arguments = written_arguments
+spiketrace.capture.modules.catalog.ModuleCatalog.module_id = module_id
+spiketrace.capture.ops.optimizers._hyperparameters = broken("the optimizer hook")
 
 
 class Spiking(nn.Module):

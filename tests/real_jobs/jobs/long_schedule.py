@@ -20,7 +20,7 @@ import torch
 from spikingjelly.activation_based import functional, layer, neuron
 from torch import nn
 
-from capture import Recorder, schedule
+from spiketrace.capture import Recorder, schedule
 
 out_dir, STEPS = Path(sys.argv[1]), int(sys.argv[2])
 T, BATCH = 4, 32

@@ -18,7 +18,7 @@ from spikingjelly.activation_based import functional, layer, neuron
 from spikingjelly.activation_based.op_counter.base import ActiveModuleTracker
 from torch import nn
 
-from capture import Recorder, record_training_step
+from spiketrace.capture import Recorder, record_training_step
 
 out_dir = Path(sys.argv[1])
 T, BATCH = 4, 3

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 out_dir = Path(sys.argv[1])
 torch.manual_seed(0)

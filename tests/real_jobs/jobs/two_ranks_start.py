@@ -22,7 +22,7 @@ def worker(rank: int, out_dir: str, trials: int, barrier, errors) -> None:
     os.environ["TORCHELASTIC_RUN_ID"] = f"job-{os.getppid()}"
     import torch
 
-    from capture import Recorder
+    from spiketrace.capture import Recorder
 
     model = torch.nn.Linear(8, 4)
     for trial in range(trials):

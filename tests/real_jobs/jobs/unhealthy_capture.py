@@ -17,8 +17,8 @@ import torch
 from spikingjelly.activation_based import functional, layer, neuron
 from torch import nn
 
-import capture.dispatch
-from capture import record_training_step
+import spiketrace.capture.ops.dispatch
+from spiketrace.capture import record_training_step
 
 out_dir = Path(sys.argv[1])
 try:
@@ -27,7 +27,7 @@ except Exception as exc:  # noqa: BLE001
     (out_dir / "result.json").write_text(json.dumps({"skip": f"torch.compile cannot run here: {exc}"}))
     sys.exit(0)
 
-real_written_arguments = capture.dispatch.written_arguments
+real_written_arguments = spiketrace.capture.ops.dispatch.written_arguments
 
 
 def written_arguments(func):
@@ -36,7 +36,7 @@ def written_arguments(func):
     return real_written_arguments(func)
 
 
-capture.dispatch.written_arguments = written_arguments
+spiketrace.capture.ops.dispatch.written_arguments = written_arguments
 
 torch.manual_seed(0)
 T, BATCH = 2, 3

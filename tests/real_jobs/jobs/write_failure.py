@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from spikingjelly.activation_based import surrogate
 from torch import nn
 
-from capture import Recorder
+from spiketrace.capture import Recorder
 
 trace_dir, result_path = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)

@@ -1,0 +1,29 @@
+"""The trace's running numbers (the context's seq, the registry's next tensor id and uid).
+
+A counter is taken (`take()`: its value, which is then one more) and read or set through
+`value`. The compiled record takes them in C (capture/native/_native_counter.c), an increment
+instead of reading an int attribute and setting the next one back; without the extension,
+`PythonCounter` does the same in Python.
+"""
+
+from __future__ import annotations
+
+from spiketrace.capture.native import _native
+
+
+class PythonCounter:
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def take(self) -> int:
+        value = self.value
+        self.value = value + 1
+        return value
+
+    def __repr__(self) -> str:
+        return f"Counter({self.value})"
+
+
+new_counter = _native.Counter if _native is not None else PythonCounter

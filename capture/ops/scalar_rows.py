@@ -1,0 +1,201 @@
+"""Per-op scalars: the op_stats and packed_inputs rows of ops a rule reads values of.
+
+The statistics each shipped rule needs of an op's values (conv taps, GEMM sums, pair counts,
+NeuroBench's scalars), under the conditions schemas/statistics.py gives (0/1 operands,
+forward only), and the packed 0/1 inputs a user asked to keep. On CPU read at once; on a
+device kept there and fetched once per flush (resolve_pending), so capture adds no per-op
+host sync: a condition on a device value (is the weight 0/1?) is then checked at flush and
+its statistic dropped if it did not hold.
+"""
+
+from __future__ import annotations
+
+import warnings
+from array import array
+
+import torch
+
+from spiketrace.capture.context import RecordingContext
+from spiketrace.capture.ops.shared_operands import begin_op, end_op
+from spiketrace.capture.ops.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND
+from spiketrace.capture.ops.packed_bits import bits_bytes, pack_bits
+from spiketrace.capture.tensors.registry import excluded_from_modes, has_values, immediate_stats
+from spiketrace.schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
+
+
+# Each statistic's condition (schemas/statistics.py), looked up once per statistic a call may take.
+_CONDITIONS = {name: statistic.condition for name, statistic in STATISTICS.items()}
+
+
+class OpScalars:
+    """Writes op_stats and packed_inputs rows for the ops OP_STATISTICS names."""
+
+    def __init__(self, context: RecordingContext) -> None:
+        self.context = context
+        tables = context.writer.tables
+        self.op_stats = tables["op_stats"].columns
+        self.packed = tables["packed_inputs"].columns
+        # Level "none": no op scalar conditioned on 0/1 operands (only the spike counters and
+        # energy models read them, and they need level "synaptic"); the NeuroBench ones
+        # (condition "forward"), which serve its convention at any level, are still taken.
+        self._spike_scalars = context.value_statistics != "none"
+        # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
+        # whether its condition held (None: it did), both fetched at the next flush.
+        self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
+        self.pending_packed: list[tuple[int, torch.Tensor]] = []
+        # The both-binary check of a weight: (id, version) -> is01 on CPU, or the 0-dim bool
+        # computing it on a device; on a device, (id, shape) -> is01 as last fetched.
+        self._weight_binary: dict[tuple[int, int], bool | torch.Tensor] = {}
+        self._weight_checks: list[tuple[tuple, torch.Tensor]] = []
+        self._weight_fetched: dict[tuple, bool] = {}
+
+    def _weight_is_binary(self, w: torch.Tensor) -> bool | torch.Tensor:
+        """Is the weight 0/1? On CPU a bool, read at once. On a device (or deferred) no wait:
+        False when the last fetched check of this weight object said no (a statistic is then
+        not taken until a fetched check says yes again), else a 0-dim bool on the device, the
+        condition of a statistic taken speculatively and dropped at flush if it was False."""
+        key = (id(w), w._version)
+        known = self._weight_binary.get(key)
+        if known is None:
+            if len(self._weight_binary) > 4096:
+                self._weight_binary.clear()
+            with torch.no_grad():
+                if w.device.type == "cpu" and not self.context.defer_statistics:
+                    known = immediate_stats(w)[1]
+                else:
+                    known = ((w == 0) | (w == 1)).all()
+                    self._weight_checks.append(((id(w), tuple(w.shape)), known))
+            self._weight_binary[key] = known
+        if isinstance(known, torch.Tensor) and self._weight_fetched.get((id(w), tuple(w.shape))) is False:
+            return False
+        return known
+
+    def take(self, name: str, seq: int, args, out) -> None:
+        operands, statistic_names = OP_STATISTICS[name]
+        # Each operand's (nnz, is01) as the record just described it (None: not known now, on a
+        # device) and whether it is 0/1: True/False when known, None when not, False for no tensor.
+        values = [args[o.position] if len(args) > o.position else None for o in operands]
+        stats_of = self.context.registry.stats_of
+        known = [stats_of(t) if isinstance(t, torch.Tensor) else None for t in values]
+        flags = [(None if stats is None else bool(stats[1])) if isinstance(t, torch.Tensor) else False
+                 for t, stats in zip(values, known)]
+        # What this call takes, decided before anything reads a storage: most calls of a GEMM
+        # (its backward ones, of analog operands) take nothing, and the checks below cost more
+        # than the lookups above (a transformer layer's backward mm: 25 us a call).
+        spike = self._spike_scalars  # conditions of schemas/statistics.py: "forward" on every call
+        holds = {"forward": torch._C._current_graph_task_id() == -1,  # outside backward, whatever the values
+                 "x_binary": spike and False not in flags[:1], "both_binary": spike and False not in flags}
+        taken = [stat for stat in statistic_names if holds[_CONDITIONS[stat]]]
+        packed = [position for position, flag in zip(SYNAPTIC_INPUTS[name], flags) if flag is not False] \
+            if self.context.keep_binary_inputs else []
+        if not taken and not packed:
+            return
+        tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
+        if not all(t.layout is torch.strided and has_values(t) for t in tensors):
+            return  # values that cannot be read (a freed storage): the statistics are not taken
+        # The ops the statistics run reach no dispatch mode (the operands may be tensor
+        # subclasses, a user's mode may be active) and record no graph; what they share comes
+        # from this op's operands (shared_operands.one_op, as calls: a generator's context
+        # manager and torch.no_grad() cost more than the rest of a call that takes one scalar).
+        grad_enabled = torch.is_grad_enabled()
+        with excluded_from_modes():
+            try:
+                torch._C._set_grad_enabled(False)
+                begin_op(flags, "native_operand_statistics" in self.context.fast_paths, known)
+                self._take(name, seq, args, out, operands, taken, flags, packed)
+            finally:
+                end_op()
+                torch._C._set_grad_enabled(grad_enabled)
+
+    def _take(self, name: str, seq: int, args, out, operands, taken: list, flags: list, packed: list) -> None:
+        """The statistics and packed inputs take() decided on, each row appended whole."""
+        for stat in taken:
+            # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
+            try:
+                valid = None
+                if stat in EXPENSIVE and flags[-1] is None:
+                    valid = self._weight_is_binary(args[operands[-1].position])
+                    if valid is False:
+                        continue
+                    valid = valid if isinstance(valid, torch.Tensor) else None
+                if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
+                    value = 1.0  # a 0/1 operand is ternary: no scan
+                else:
+                    try:
+                        value = STATISTIC_FUNCTIONS[stat](args, out)
+                    except Warning:  # torch warned and the user's filter made it an error: not ours to raise
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            value = STATISTIC_FUNCTIONS[stat](args, out)
+                self._append_stat(seq, stat, value, valid)
+            except Exception as exc:  # noqa: BLE001 - see the module docstring
+                self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
+        for position in packed:
+            try:
+                self._append_packed(seq, position, args[position])
+            except Exception as exc:  # noqa: BLE001
+                self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
+
+    def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None) -> None:
+        columns = self.op_stats
+        pending = isinstance(value, torch.Tensor) and (value.device.type != "cpu" or self.context.defer_statistics)
+        if not pending:
+            value = float(value)  # before any append: a failure here leaves no partial row
+        columns["seq"].append(seq)
+        columns["stat"].append(stat)
+        if pending:
+            self.pending_stats.append((len(columns["value"]), value, valid))
+            columns["value"].append(None)
+        else:
+            columns["value"].append(value)
+
+    def _append_packed(self, seq: int, position: int, t: torch.Tensor) -> None:
+        columns = self.packed
+        tensor_id = self.context.registry.entries[id(t)][2]
+        bits = pack_bits(t)
+        pending = bits.device.type != "cpu" or self.context.defer_statistics
+        data = None if pending else bits_bytes(bits)
+        columns["seq"].append(seq)
+        columns["tensor_id"].append(tensor_id)
+        columns["position"].append(position)
+        columns["shape"].append(t.shape)
+        if pending:
+            self.pending_packed.append((len(columns["bits"]), bits))
+        columns["bits"].append(data)
+
+    def resolve_pending(self, _writer=None) -> None:
+        """Fetch device-side op statistics, their conditions, the weight checks and packed
+        inputs, one transfer per device (a before-flush hook); drop statistics whose
+        condition did not hold."""
+        by_device: dict[torch.device, list] = {}
+        for row, value, valid in self.pending_stats:
+            by_device.setdefault(value.device, []).append((row, value, valid))
+        dropped = set()
+        with excluded_from_modes():
+            for items in by_device.values():
+                ones = items[0][1].new_ones((), dtype=torch.float64)
+                fetched = torch.stack([v.double() for _, v, _ in items] + [
+                    ones if valid is None else valid.double() for _, _, valid in items]).cpu().tolist()
+                for (row, _, _), value, holds in zip(items, fetched, fetched[len(items):]):
+                    self.op_stats["value"][row] = value
+                    if not holds:
+                        dropped.add(row)
+            if len(self._weight_fetched) > 4096:
+                self._weight_fetched.clear()
+            checks: dict[torch.device, list] = {}
+            for key, flag in self._weight_checks:
+                checks.setdefault(flag.device, []).append((key, flag))
+            for items in checks.values():
+                for (key, _), binary in zip(items, torch.stack([flag for _, flag in items]).cpu().tolist()):
+                    self._weight_fetched[key] = bool(binary)
+            for row, bits in self.pending_packed:
+                self.packed["bits"][row] = bits_bytes(bits.cpu())
+        if dropped:
+            for column in self.op_stats.values():
+                kept = [v for i, v in enumerate(column) if i not in dropped]
+                column[:] = array(column.typecode, kept) if isinstance(column, array) else kept
+        self.pending_stats.clear()
+        self.pending_packed.clear()
+        self._weight_checks.clear()
+        self._weight_binary = {k: v for k, v in self._weight_binary.items() if not isinstance(v, torch.Tensor)}
+

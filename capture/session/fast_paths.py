@@ -1,0 +1,47 @@
+"""Switches for capture's fast paths: each one records exactly what its slow path records.
+
+A fast path is an optimisation of the per-op work whose output must not differ from the
+plain computation by a single value. Each can be switched off for a run with the
+environment variable SPIKETRACE_SLOW_PATHS (comma-separated names, or `all`), read when a
+Recorder opens: tests/test_fast_paths.py takes a trace with each one off and compares it,
+column by column, with the trace taken with all of them on; a user who suspects one can
+take the slow path the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAST_PATHS = {
+    "interned_arguments": "argument JSON encoded once per (op, argument structure), not per call",
+    "propagated_statistics": "nnz/is01 of an output derived from its inputs' (capture/tensors/propagation.py)",
+    "native_statistics": "nnz/is01 of a CPU tensor by the compiled one-pass scan (capture/native/__init__.py), "
+                         "where the install built it",
+    "native_operand_statistics": "NeuroBench's nonzero-pair counts (mm, bmm, addmm, linear), ternary input checks, "
+                                 "a convolution input's nonzeros per position and a weight's dense check in "
+                                 "compiled passes (capture/native/_native_pairs.c, capture/native/_native_ternary.c, the scan) "
+                                 "instead of a few torch ops each",
+    "shared_scans": "a large CPU tensor's scan shared among the threads of the OpenMP runtime torch runs "
+                    "(capture/native/_native_parallel.c) instead of the calling thread alone",
+    "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
+                     "and a module hook's row (plain tensors) in compiled code (capture/native/_native_record.c, "
+                     "capture/native/_native_hooks.c)",
+    "native_dispatch": "the dispatch mode's handler for ops the compiled record takes in compiled code "
+                       "(capture/native/_native_dispatch.c) instead of a Python __torch_dispatch__",
+}
+
+ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"
+
+
+def enabled_fast_paths() -> frozenset[str]:
+    """The fast paths on for a Recorder opening now; an unknown name is misuse and raises."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if not value:
+        return frozenset(FAST_PATHS)
+    if value == "all":
+        return frozenset()
+    off = {name.strip() for name in value.split(",") if name.strip()}
+    unknown = sorted(off - set(FAST_PATHS))
+    if unknown:
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}: unknown fast path(s) {unknown}; known: {sorted(FAST_PATHS)}")
+    return frozenset(FAST_PATHS) - off
