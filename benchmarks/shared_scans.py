@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from spiketrace.capture import native, op_statistics
+from spiketrace.capture import native
+from spiketrace.capture.ops import op_statistics
 
 
 def _passes() -> dict:

@@ -1,6 +1,6 @@
 """`RecordingContext`: the state the recorder shares with the parts that write records.
 
-The op log (capture/ops/dispatch.py), the optimizer log and the module-hook code need the same
+The op log, the optimizer log and the module-hook code need the same
 few things: whether recording is on, the current stage and step, the shared `seq` counter,
 thread and scope ids, neuron memory snapshots, the tensor registry, the writer, the lock and
 the failure log. The Recorder builds one context when it opens and sets its fields (stage,
@@ -8,7 +8,7 @@ step, recording) as the user calls its API; the logs only read them. They hold t
 never the Recorder, so nothing below the Recorder imports it.
 
 A slotted dataclass of plain attributes: the per-op path reads `recording`, `step_index`
-and `current_stage` as single attribute loads, as it did from the Recorder.
+and `current_stage` as single attribute loads.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class RecordingContext:
     _scope_memo: dict = field(default_factory=dict)  # (parents, ids of active modules) -> scope id
     _memory_snapshots: dict = field(default_factory=dict)
     # The compiled record's describe(tensor, seq) (capture/native/_native_hooks.c), or None: a memory
-    # tensor it takes costs a few us instead of the Python describe's 12-20.
+    # tensor it takes costs a fraction of the Python describe.
     native_describe: "Callable[[torch.Tensor, int], int] | None" = None
     _stateful_generation: int = -1
     _active_stateful: list = field(default_factory=list)  # (module_id, module) of active neurons
@@ -110,7 +110,7 @@ class RecordingContext:
         return index
 
     def new_thread(self) -> None:
-        """The calling thread has just started (capture/session/threads.py): its records get an index
+        """The calling thread has just started (ThreadHook): its records get an index
         of their own, even where it reuses the ident of a thread that ended. Under the lock."""
         self._threads.pop(threading.get_ident(), None)
 
@@ -120,8 +120,8 @@ class RecordingContext:
         if tracker.generation == self._scope_generation:
             return self._scope_id
         # A scope recurs at every step (each module enter and exit changes it): found again by
-        # its two sets as they are, not rebuilt (sorted names, each module's catalog id: 7-14 us
-        # a change). A module's id() is its own while the catalog, which holds every module it
+        # its two sets as they are, not rebuilt (sorted names, each module's catalog id: too
+        # slow for every change). A module's id() is its own while the catalog, which holds every module it
         # numbered, lives; the memo is keyed by modules the catalog numbered below.
         memo_key = (frozenset(tracker.parents), frozenset(map(id, tracker.active_modules)))
         scope_id = self._scope_memo.get(memo_key)

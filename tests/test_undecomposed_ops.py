@@ -19,7 +19,8 @@ from torch.overrides import resolve_name
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.counters import count
-from spiketrace.capture import Recorder, decompositions
+from spiketrace.capture import Recorder
+from spiketrace.capture.ops import decompositions
 from spikingjelly.activation_based.op_counter import (
     ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
 )

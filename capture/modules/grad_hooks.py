@@ -1,4 +1,4 @@
-"""Gradient hooks and call depth for the module tracker (capture/modules/tracker.py).
+"""Gradient hooks and call depth for the module tracker (ScopeTracker).
 
 `multi_grad_hook` is torch's register_multi_grad_hook ("all" mode) that never raises into the
 user's torch.autograd.grad; `will_execute` asks the engine whether a node runs, answering None

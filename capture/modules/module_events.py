@@ -1,10 +1,9 @@
-"""One `module_events` row per module hook the tracker reports (capture/modules/tracker.py): forward
+"""One `module_events` row per module hook the tracker reports (ScopeTracker): forward
 pre and post, backward pre and post, with the tensor ids of the tensors it saw.
 
 A hook writes its row straight into the buffer's columns, its repeating fields as one interned
-tuple (capture/store/table_buffer.py BUFFER_GROUPS "$hook"), as the op log does for ops:
-TableBuffer.append's keyword dict and per-field grouping cost a third of a hook's record
-(measured on a spiking ResNet-18: 27 us a hook, 308 hooks a step).
+tuple (BUFFER_GROUPS "$hook"), as the op log does for ops: TableBuffer.append's keyword
+dict and per-field grouping would be a large share of a hook's record.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class ModuleEventLog:
         # bound appends, kept for the buffer's life (a flush drops written rows in place)
         self._appends = tuple(buffer.columns[name].append for name in _COLUMNS)
         self._interned = buffer._interned["$hook"]
-        # The compiled record (capture/ops/native_record.py), which writes a hook of plain tensors
+        # The op log's compiled record, which writes a hook of plain tensors too
         # (capture/native/_native_hooks.c); None where the op log has none. Set by the Recorder.
         self.native = None
 
@@ -59,7 +58,7 @@ class ModuleEventLog:
             seq = context.take_seq()
             context.current_record = tracker_name
             describe = context.registry.describe
-            wanted = kind in SYNAPTIC_LEVEL_HOOKS  # layer inputs and outputs (schemas/statistics_levels.py)
+            wanted = kind in SYNAPTIC_LEVEL_HOOKS  # layer inputs and outputs
             # tuples: no spare capacity kept per buffered row, as a list would
             ids = tuple([None if t is None else describe(t, seq, wanted=wanted) for t in tensors])
             kwarg_ids = tuple([describe(t, seq, wanted=wanted) for t in kwarg_tensors])

@@ -76,7 +76,7 @@ def _module_name(module) -> str:
 
 def _tensors(value) -> list[torch.Tensor]:
     """The tensors of a hook's args, output or kwargs, in tree_flatten's order."""
-    # The common shapes without torch's Python pytree (3-5 us a call, three calls a module):
+    # The common shapes without torch's Python pytree (three calls a module, each costly):
     # a tensor, no keywords, and a plain tuple or list of tensors and non-container leaves.
     if isinstance(value, torch.Tensor):
         return [value]
@@ -162,8 +162,8 @@ class ScopeTracker(ModuleTracker):
             owner = self._open_hook(tensors[0]) if MERGED_HOLDS else None
             if owner is not None:
                 # Our hook is the tensor's last and has not fired: this body, which its own hook
-                # would have run right after that one, runs there (measured: a hold on the
-                # Spikformer 13 us, and 58 of its 101 holds a step land on a held tensor).
+                # would have run right after that one, runs there. A layer's output is the next
+                # layer's input, so most holds of a step land on a held tensor: one hook, not two.
                 _, _, bundle, entry[0] = owner
                 bundle.append((entry, body, name))
             else:
@@ -183,10 +183,10 @@ class ScopeTracker(ModuleTracker):
     def _hook_one(self, tensor: torch.Tensor, bundle: list):
         """One tensor (most modules' input or output) held by its own hook, which runs the
         bodies of `bundle` in order: what register_multi_grad_hook does for one tensor,
-        without its per-call bookkeeping (measured: 31 -> 14 us a hold, a quarter of a module
-        hook). A multi-grad hook of one tensor waits for no other; its one remaining condition,
-        that the engine runs the tensor's node in this backward, is checked the same way
-        (tests/test_scopes.py found no case where it differs, but it costs one C call)."""
+        without its per-call bookkeeping, which is most of a hold's cost. A multi-grad hook of
+        one tensor waits for no other; its one remaining condition, that the engine runs the
+        tensor's node in this backward, is checked the same way (one C call; tests/test_scopes.py
+        compares the two hooks)."""
         node = _get_grad_fn_or_grad_acc(tensor)
 
         def single_grad_hook(grad) -> None:

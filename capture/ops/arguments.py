@@ -29,7 +29,7 @@ _slots: dict[tuple, tuple] = {}
 
 def use_slot(role: str, position, name, item) -> tuple:
     """The interned (role, position, name, item) of a tensor's place in a call: one object per
-    distinct place, which the event_tensors buffer holds per row (capture/store/table_buffer.py)."""
+    distinct place, which the event_tensors buffer holds per row."""
     slot = (role, position, name, item)
     if len(_slots) > 65536:
         _slots.clear()
@@ -145,7 +145,7 @@ def kwargs_json(kwargs: dict) -> str:
 def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[str, str, str, list]:
     """JSON of args, kwargs and out, plus the tensors they reference, in placeholder order.
 
-    With `intern` (capture/session/fast_paths.py), equal argument structures share one JSON string
+    With `intern` (the fast path interned_arguments), equal argument structures share one JSON string
     object and skip the encoder; the JSON is the same either way."""
     tensors: list = []
     args_json = None

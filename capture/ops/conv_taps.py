@@ -99,8 +99,8 @@ def coverage_vector(
 
 @functools.lru_cache(maxsize=512)
 def _cached_map(spatial_in, kernel, stride, padding, dilation, transposed, output_padding, device):
-    # Built once per geometry, so the guards are taken here, not on every call (~50 us a call,
-    # as much as the taps' sum). A map first built under inference_mode would be an inference
+    # Built once per geometry, so the guards are taken here, not on every call (where they
+    # would cost as much as the taps' sum). A map first built under inference_mode would be an inference
     # tensor; it is kept ordinary.
     with _no_python_dispatch(), torch.no_grad(), torch.inference_mode(False):
         return _build_map(spatial_in, kernel, stride, padding, dilation, transposed, output_padding, device)

@@ -3,7 +3,7 @@
 The mode runs the op first and describes its tensors afterwards, as SpikingJelly's counters
 see them (an in-place op's first argument already holds the new values). Everything that
 is not per-op work (stages, module hooks) lives in the recorder; what the op log needs of
-it comes in a RecordingContext (capture/context.py).
+it comes in a RecordingContext.
 
 The op's real result is returned whatever happens while recording it: a failure of the
 capture is counted in the manifest's `degraded` list (capture/store/failures.py), never raised.
@@ -11,8 +11,7 @@ Rows that refer to each other are appended only once nothing can fail between th
 failure leaves no event_tensors row without its event and no op_stats row half written.
 
 Under `torch.inference_mode()` composite ops arrive whole; while recording, the mode runs
-them through their decomposition (capture/ops/decompositions.py), so it records what `no_grad`
-records.
+them through their decomposition, so it records what `no_grad` records.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ except Exception:  # noqa: BLE001 - a torch without them, or with others: torch'
     set_eval_frame = None
 
 _op_names: dict = {}
-_NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (capture/ops/collectives.py)
+_NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (a collective's buffers)
 
 
 class NestedTensorNotRecorded(ValueError):
@@ -85,7 +84,7 @@ def _safe_op_name(func) -> str:
         return repr(func)
 
 
-# The buffers' physical columns (capture/store/table_buffer.py BUFFER_GROUPS): an event's context
+# The buffers' physical columns (BUFFER_GROUPS): an event's context
 # is two interned tuples, its stage (which changes with every step) and where in the program
 # it ran (which recurs from step to step), and so are its call's (op, args, kwargs, out JSON)
 # and a use's (role, position, name, item).
@@ -113,8 +112,8 @@ class RecordingMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps every mode's __torch_dispatch__ in torch._disable_dynamo, so TorchDynamo
         # never compiles the handler or what it calls: per op two more Python frames, an
-        # import check and four eval-frame switches (measured: 1.8 us an op, a seventh of a
-        # pass-through mode's cost). The same effect, cheaper: the handler's code is marked
+        # import check and four eval-frame switches, a real share of a small op's cost. The
+        # same effect, cheaper: the handler's code is marked
         # skip for Dynamo once (below the class) and it turns the eval-frame callback off
         # while it runs, as the wrapper does. A torch without these switches keeps the wrapper.
         return set_eval_frame is None
@@ -225,8 +224,9 @@ class OpLog:
         self._flush_rows = context.writer.flush_rows
         # The last event context: its key (what it is made of) and the two tuples the rows share;
         # $where tuples are interned across steps in _wheres (the compiled record's too), so a
-        # scope met again reuses its tuple (measured on a spiking ResNet-18: 2,790 context
-        # tuples in ten steps as one group, 226 $where and 40 $stage tuples as two).
+        # scope met again reuses its tuple. Kept as two tuples, not one, because the stage
+        # changes at every step while where an op ran recurs from step to step: two small sets
+        # of tuples instead of one that grows with the steps.
         self._context_key: tuple | None = None
         self._stage: tuple | None = None
         self._where: tuple | None = None
@@ -245,8 +245,8 @@ class OpLog:
         self._intern = "interned_arguments" in fast
         self._propagation = "propagated_statistics" in fast
         self._synaptic_level = context.value_statistics == "synaptic"
-        self.scalars = OpScalars(context)  # op_stats and packed_inputs rows (capture/ops/scalar_rows.py)
-        # The compiled record of the common call, or None (capture/native/__init__.py).
+        self.scalars = OpScalars(context)  # op_stats and packed_inputs rows
+        # The compiled record of the common call, or None where the extension was not built.
         self.native = native_op_recorder(context, self._calls, self._wheres, self._event_appends,
                                          (*self._run_appends, *self._use_appends))
         self.resolve_pending = self.scalars.resolve_pending
@@ -302,7 +302,7 @@ class OpLog:
                     raise NestedTensorNotRecorded(f"{name}: a {t.layout} nested tensor has no single shape")
                 role, position, key = slot[0], slot[1], slot[2]
                 known = _NOT_SCANNED if collective else None
-                # A small output's scan costs what the rule costs (capture/tensors/value_counts.py)
+                # A small output's scan costs what the rule costs (SMALL_TENSOR)
                 if propagate is not None and role == "out" and t is out and t.numel() > SMALL_TENSOR:
                     known = propagated(propagate, args, kwargs, out, registry.stats_of)
                 written = (role == "arg" and position in written_positions) or (role == "kwarg" and key in written_names)

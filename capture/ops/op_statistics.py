@@ -28,7 +28,7 @@ _compiled_counts = getattr(_native, "nonzero_counts", None)
 
 
 def _compiled_format(t: torch.Tensor, kernel) -> tuple | None:
-    """t's bit format (capture/native/__init__.py BIT_FORMATS) where `kernel` may read its memory: the
+    """t's bit format (BIT_FORMATS) where `kernel` may read its memory: the
     kernel built, the fast path on, a CPU strided tensor of a known dtype; else None."""
     if kernel is None or not SHARED.get("compiled", True) or not t.is_cpu \
             or t.layout is not torch.strided or t.is_meta:
@@ -121,7 +121,7 @@ def linear_marginal_dot(args, out):
 # A weight's nonzero counts are a fact of its version: kept per parameter version, so that a
 # weight read by every forward call is scanned once per optimizer step, not once per call.
 # One entry per (parameter view, what), holding its latest version only: an entry per version
-# would grow by every weight at every optimizer step (a long run's memory grew ~120 KB a step).
+# would grow by every weight at every optimizer step, without bound over a long run.
 _WEIGHT_COUNTS: dict[tuple, tuple[weakref.ref, int, torch.Tensor]] = {}
 
 
@@ -174,11 +174,11 @@ def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
 
 
 def _spatial_counts(x: torch.Tensor) -> torch.Tensor:
-    """nnz(x[:, :, p]) for every position p, in float64. Summing a 0/1 input is one pass, 8x
-    faster than counting; exact in float32 while no count can pass 2**24."""
+    """nnz(x[:, :, p]) for every position p, in float64. Summing a 0/1 input is one pass with
+    no comparison, far cheaper than counting; exact in float32 while no count can pass 2**24."""
     if SHARED.get("binary", (None,))[0] is True and x.shape[0] * x.shape[1] < 2**24:
         return x.sum(dim=(0, 1), dtype=torch.float32).double()  # torch's threaded sum: the fastest
-    compiled = _compiled_spatial_counts(x)  # else 3-5x faster than a compare, a cast and a sum
+    compiled = _compiled_spatial_counts(x)  # else one compiled pass instead of a compare, a cast and a sum
     return compiled if compiled is not None else _count_nonzero(x, (0, 1)).double()
 
 
@@ -209,7 +209,7 @@ def _dense(w: torch.Tensor, known: tuple | None = None) -> bool:
     """Every weight nonzero: on CPU at once; on a device once per parameter version (one wait
     per optimizer step), any other device weight is taken as sparse (the general path).
     `known`: the weight's (nnz, is01) the record took of this very state, which says it
-    without a scan (the weights of a spiking ResNet-18: 44 MB a step scanned twice)."""
+    without scanning the weights a second time."""
     if known is not None and known[0] is not None:
         return known[0] == w.numel()
     if not w.is_cpu and not isinstance(w._base if w._base is not None else w, torch.nn.Parameter):
@@ -245,8 +245,7 @@ def _dense_operand_pairs(x: torch.Tensor, y: torch.Tensor) -> int | None:
     nonzero, as its nnz of this very state says): each nonzero of the other then meets a whole
     row or column of it, sum_k nnz(x[b, :, k]) * N = nnz(x) * N with y [.., K, N] dense, and
     M * nnz(y) with x [.., M, K] dense. A Linear's dense weight on spikes, and every GEMM of
-    analog activations, so need no pass (a transformer layer's GEMMs: 42 us a call); None
-    where neither is known dense."""
+    analog activations, so need no pass over their operands; None where neither is known dense."""
     x_stats, y_stats = operand_stats(0), operand_stats(1)
     if x_stats is None or y_stats is None or not isinstance(x_stats[0], int) or not isinstance(y_stats[0], int):
         return None

@@ -1,7 +1,7 @@
 """Per-op scalars: the op_stats and packed_inputs rows of ops a rule reads values of.
 
 The statistics each shipped rule needs of an op's values (conv taps, GEMM sums, pair counts,
-NeuroBench's scalars), under the conditions schemas/statistics.py gives (0/1 operands,
+NeuroBench's scalars), under the conditions STATISTICS gives (0/1 operands,
 forward only), and the packed 0/1 inputs a user asked to keep. On CPU read at once; on a
 device kept there and fetched once per flush (resolve_pending), so capture adds no per-op
 host sync: a condition on a device value (is the weight 0/1?) is then checked at flush and
@@ -23,7 +23,7 @@ from spiketrace.capture.tensors.registry import excluded_from_modes, has_values,
 from spiketrace.schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 
 
-# Each statistic's condition (schemas/statistics.py), looked up once per statistic a call may take.
+# Each statistic's condition, looked up once per statistic a call may take.
 _CONDITIONS = {name: statistic.condition for name, statistic in STATISTICS.items()}
 
 
@@ -81,8 +81,8 @@ class OpScalars:
                  for t, stats in zip(values, known)]
         # What this call takes, decided before anything reads a storage: most calls of a GEMM
         # (its backward ones, of analog operands) take nothing, and the checks below cost more
-        # than the lookups above (a transformer layer's backward mm: 25 us a call).
-        spike = self._spike_scalars  # conditions of schemas/statistics.py: "forward" on every call
+        # than the lookups above.
+        spike = self._spike_scalars  # the conditions of STATISTICS: "forward" on every call
         holds = {"forward": torch._C._current_graph_task_id() == -1,  # outside backward, whatever the values
                  "x_binary": spike and False not in flags[:1], "both_binary": spike and False not in flags}
         taken = [stat for stat in statistic_names if holds[_CONDITIONS[stat]]]

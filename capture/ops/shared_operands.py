@@ -19,7 +19,7 @@ def one_op(binary_operands, compiled: bool = True, operand_stats=()):
     """The statistics of one op are taken inside; `binary_operands`: per operand of
     OP_STATISTICS, True when known to hold only 0 and 1 (False or None otherwise);
     `compiled`: the pair counts and ternary checks may take their compiled passes (the fast
-    path native_operand_statistics, capture/session/fast_paths.py); `operand_stats`: per operand, its
+    path native_operand_statistics); `operand_stats`: per operand, its
     (nnz, is01) as the record just described it, or None where not known."""
     begin_op(binary_operands, compiled, operand_stats)
     try:

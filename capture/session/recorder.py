@@ -13,10 +13,10 @@
 
 Stage options are SpikingJelly 2.0.0 NeuroMC's (`phase`, `reuse_weights`,
 `batch_norm_backward`). A phase not given is inferred from the stage name's words
-(capture/session/stages.py: "bwd", "backprop", "sgd_step", ...); a name that does not say its phase
+(`infer_phase`: "bwd", "backprop", "sgd_step", ...); a name that does not say its phase
 is refused unless `phase=` is given.
 
-`schedule=` (capture/session/schedules.py, torch.profiler.schedule's arguments) picks the recorded
+`schedule=` (`schedule(...)`, torch.profiler.schedule's arguments) picks the recorded
 steps. Between them nothing of the capture is in torch: the dispatch mode and the module
 hooks are taken out at the step boundary and put back before the next warm-up or recorded
 step, so such a step costs what a plain step costs. `on_trace_ready(path)` is called after
@@ -29,10 +29,10 @@ reaches the user's code: it is counted in the manifest's `degraded` list and the
 (capture/store/failures.py).
 
 A process forked while the context is open (os.fork, fork-started DataLoader workers) records
-nothing and leaves the trace alone; the manifest counts it (capture/session/forks.py).
+nothing and leaves the trace alone; the manifest counts it (`forks`).
 
 The recorder owns the parts (writer, registry, catalog, tracker, op and optimizer logs) and
-hands them the state they share as one RecordingContext (capture/context.py).
+hands them the state they share as one RecordingContext.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ class Recorder:
     any `step -> bool`); None records every step. `on_trace_ready(path)`: called after each
     recorded cycle of the schedule was flushed to the trace, and at a clean close for a cycle
     still open (without a schedule: once, at close). `compact`: merge the small parts of small
-    flushes into larger ones at close (capture/store/compaction.py), so readers pay per few parts.
-    `run_id`: the capture run's id; by default agreed by the ranks (capture/store/run_id.py).
+    flushes into larger ones at close, so readers pay per few parts.
+    `run_id`: the capture run's id; by default agreed by the ranks.
     `value_statistics`: "full" (True), "synaptic" (only where a shipped rule reads them,
     cheaper; NeuroMC and neuron_state then refuse the trace) or "none" (False); see
     schemas/statistics_levels.py. See the module docstring.
@@ -114,20 +114,20 @@ class Recorder:
         self.defer_statistics = defer_statistics
         self.flush_events = flush_events
         self.flush_bytes = flush_bytes
-        self.compact = compact  # merge the small parts of small flushes at close (capture/store/compaction.py)
+        self.compact = compact  # merge the small parts of small flushes at close
         self.schedule = schedule
-        self._scans_before = None  # the scan sharing to restore at close (capture/native/__init__.py)
+        self._scans_before = None  # the scan sharing to restore at close (native.share_scans)
         self.on_trace_ready = on_trace_ready
         self.metadata = metadata or {}
         default_rank, default_world = rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
-        self.run_id = run_id  # agreed with the other ranks when the capture opens (capture/store/run_id.py)
+        self.run_id = run_id  # agreed with the other ranks when the capture opens (the writer does)
         self.active = False
         self.context: RecordingContext | None = None  # built when the context opens
         self._suspended = 0
         self._stages = StageBook()
-        self._action = NONE  # the schedule's action for the current step (capture/session/schedules.py)
+        self._action = NONE  # the schedule's action for the current step (step_action)
         self._installed = False  # the dispatch mode and module hooks are in torch
         self._unreported = False  # recorded steps since on_trace_ready was last called
         self._underflows: dict[int, dict] = {}  # module_id -> manifest entry (tracker_underflows)
@@ -168,8 +168,8 @@ class Recorder:
             "flush_bytes": self.flush_bytes,
             "compact": self.compact,
             "schedule": describe(self.schedule),
-            # What ran the per-op work: the fast paths on (capture/session/fast_paths.py) and whether
-            # the compiled loops were built (capture/native/__init__.py); the trace is the same either way.
+            # What ran the per-op work: the fast paths on and whether the compiled loops were
+            # built; the trace is the same either way.
             "fast_paths": sorted(fast_paths),
             "native": native.AVAILABLE,
             "scan_threads": native.scan_threads() if "shared_scans" in fast_paths else 1,
@@ -196,7 +196,7 @@ class Recorder:
         )
         tables = self.writer.tables
         self.writer.manifest["tracker_underflows"] = []
-        self.writer.manifest["forked_children"] = 0  # processes forked while open (capture/session/forks.py)
+        self.writer.manifest["forked_children"] = 0  # processes forked while open (forks.watch)
         self._underflows = {}
         self.compiled = CompileWatch(
             self.writer.manifest, self.path, lambda site, what, exc: self.writer.failures.report(site, what, exc)
@@ -231,7 +231,7 @@ class Recorder:
             lambda site, what, exc: context.report_failure(site, what, exc, context.seq),
         )
         self.mode = RecordingMode(context, self.ops)
-        # Threads started from now on record with a mode of their own (capture/session/threads.py).
+        # Threads started from now on record with a mode of their own.
         self.threads = ThreadHook(context, lambda: RecordingMode(context, self.ops), self.writer.manifest)
         for optimizer in self.optimizers:
             self.optimizer_log.bind(optimizer)
@@ -277,7 +277,7 @@ class Recorder:
         )
 
     def _inherited_by_fork(self) -> None:
-        """This process is a fork of the one that opened the recorder (capture/session/forks.py): from
+        """This process is a fork of the one that opened the recorder (`forks`): from
         now on it records nothing, and the writer, a copy of the parent's, writes nothing."""
         self._action = NONE  # the step running now is not recorded: its end flushes nothing
         self.schedule = forks.never  # nor is any later one: the mode leaves torch at the next step
@@ -318,7 +318,7 @@ class Recorder:
         self._action = step_action(self.schedule, self.context.step_index)
         if ended in RECORDED and (ended == RECORD_AND_SAVE or self._action not in RECORDED):
             self.context.recording = False
-            with self.context.lock:  # a worker thread's record (capture/session/threads.py) waits for the flush
+            with self.context.lock:  # a worker thread's record (ThreadHook) waits for the flush
                 self.writer.flush()  # never raises
             if self.on_trace_ready is not None:
                 self._unreported = False
@@ -378,7 +378,7 @@ class Recorder:
                 context.report_failure(site, tracker_name, exc, seq)
 
     def _on_tracker_underflow(self, module, tracker_name: str) -> None:
-        """Where SpikingJelly's tracker would raise and abort the run (capture/modules/tracker.py):
+        """Where SpikingJelly's tracker would raise and abort the run (ScopeTracker):
         the manifest's `tracker_underflows`, one entry per module."""
         context = self.context
         try:

@@ -15,8 +15,9 @@ table of the words people name their stages with, and a name whose phase cannot 
 Words are split at anything that is not a letter and at camelCase humps ("ForwardPass",
 "b1_t0_bwd" -> forward, pass; b, t, bwd). SpikingJelly's legacy tokens keep their meaning:
 `b<N>` and `t<N>` (reuse_weights when N > 0, kept as b_index/t_index) and `without_bp_bn`
-(no batch-norm backward; its "bp" is not read as backward). Names that spell a phase word
-inside a longer one ("lossbackward") are still read as the seed profiler read them.
+(no batch-norm backward; its "bp" is not read as backward). A name that spells a phase word
+inside a longer one ("lossbackward") and has no phase word of its own is read by substring,
+so names written for NeuroMC-style profilers keep their phase.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ WEAK_PHASE_WORDS: dict[str, str] = {"step": "optimizer"}
 MIXED_WORDS = ("train", "training", "iteration", "iter", "epoch", "loop", "all", "full")
 # Phrases read as one word before the name is split ("zero_grad" is the optimizer's call).
 PHASE_PHRASES: dict[str, str] = {"zero_grad": "optimizer", "zerograd": "optimizer", "no_grad": "forward"}
-# Phase words found inside a longer word, as the seed profiler matched them ("lossbackward").
+# Phase words found inside a longer word ("lossbackward"), where no word names a phase.
 _SUBSTRINGS = {"backward": "backward", "backprop": "backward", "optimizer": "optimizer", "update": "optimizer"}
 
 _WORD_PHASE = {word: phase for phase, words in PHASE_WORDS.items() for word in words}
