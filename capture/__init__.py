@@ -1,9 +1,20 @@
 """spiketrace capture: record a PyTorch run (ops, tensors, modules, stages, optimizer steps)
 into a Parquet trace. Imported inside the training script; depends on torch, pyarrow and
-`schemas` only.
+`spiketrace.schemas` only.
 
-The torch-dependent names are imported lazily, so `spiketrace.capture.store.writer` (pure pyarrow) can be used
-where torch is absent.
+    from spiketrace.capture import Recorder, record_training_step, record_inference, schedule
+
+The package is laid out in rooms along the path a record takes, each importing only the
+rooms below it: `session` (the Recorder, stages, schedules, one-call scenarios, forks and
+threads), `ops` (the dispatch mode and op log, arguments, decompositions, collectives,
+optimizer steps, per-op scalars), `modules` (scope tracker, grad hooks, module catalog and
+events), `tensors` (the tensor registry and value statistics), `context` (the state one
+recording shares), `store` (torch-free: column buffers, writer, compaction, trace root, run
+id, failures) and `native` (the optional C extension: the per-op record, scans and handler
+in C, each with a Python twin that writes the same trace). docs/design.md draws the layout.
+
+The torch-dependent names are imported lazily, so `spiketrace.capture.store.writer` (pure
+pyarrow) can be used where torch is absent.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class RecordingContext:
     _scope_id: int = 0
     _scope_memo: dict = field(default_factory=dict)  # (parents, ids of active modules) -> scope id
     _memory_snapshots: dict = field(default_factory=dict)
-    # The compiled record's describe(tensor, seq) (capture/native/_native_hooks.c), or None: a memory
+    # The compiled record's describe(tensor, seq) (capture/native/record/hooks.c), or None: a memory
     # tensor it takes costs a fraction of the Python describe.
     native_describe: "Callable[[torch.Tensor, int], int] | None" = None
     _stateful_generation: int = -1

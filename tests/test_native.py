@@ -1,4 +1,4 @@
-"""The compiled per-op path (capture/native/_native.c, capture/native/_native_record.c and its parts, capture/native/__init__.py).
+"""The compiled per-op path (capture/native/scan/scan.c, capture/native/record/, capture/native/__init__.py).
 
 Its one-pass scan must give every tensor's (nnz, is01) exactly as a Python reading of the
 values does, whatever the dtype, layout or odd value; its per-op record must write the very
@@ -281,7 +281,7 @@ def test_a_failure_inside_the_compiled_record_is_only_counted(tmp_path, monkeypa
 
 
 def test_the_compiled_handler_counts_capture_failures_and_raises_only_the_users_errors(tmp_path, monkeypatch):
-    # capture/native/_native_dispatch.c takes an op's calls once its plan is compiled (from its
+    # capture/native/record/dispatch.c takes an op's calls once its plan is compiled (from its
     # second call): a failure of the record it runs (here the per-op scalars of addmm) is a
     # degraded entry, the user's result untouched; the user's own error (a shape mismatch)
     # reaches the user as torch raises it; the context lock is released on every path (a
@@ -457,7 +457,7 @@ def test_a_neurons_memories_are_snapshot_at_the_op_after_they_change(tmp_path, m
     python, _, python_in_python = run(tmp_path / "python", "native_record")
     assert recorded > 0
     pd.testing.assert_frame_equal(native, python)
-    # the compiled record describes the memory tensors itself (capture/native/_native_hooks.c describe)
+    # the compiled record describes the memory tensors itself (capture/native/record/hooks.c describe)
     assert native_in_python == 0 and python_in_python > 0
     tensors = native[native["kind"] == "tensor"]
     assert len(tensors) and tensors["nnz"].notna().all()  # level "full": each memory state scanned

@@ -1,8 +1,8 @@
 """How the compiled record reads a tensor's attributes and takes the trace's counters.
 
-capture/native/_native_attrs.c calls torch's getters directly, found once per tensor type: what it
+capture/native/record/attrs.c calls torch's getters directly, found once per tensor type: what it
 reads must be what getattr gives, for every kind of tensor, and must follow a type whose
-attributes change after the getters were found. capture/native/_native_counter.c's Counter must
+attributes change after the getters were found. capture/native/record/counter.c's Counter must
 count as the Python counter it replaces does, and the context's `seq` read and set through it.
 """
 

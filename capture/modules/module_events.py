@@ -37,7 +37,7 @@ class ModuleEventLog:
         self._appends = tuple(buffer.columns[name].append for name in _COLUMNS)
         self._interned = buffer._interned["$hook"]
         # The op log's compiled record, which writes a hook of plain tensors too
-        # (capture/native/_native_hooks.c); None where the op log has none. Set by the Recorder.
+        # (capture/native/record/hooks.c); None where the op log has none. Set by the Recorder.
         self.native = None
 
     def write(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad, call_index: int) -> None:

@@ -1,9 +1,10 @@
 """The trace's running numbers (the context's seq, the registry's next tensor id and uid).
 
 A counter is taken (`take()`: its value, which is then one more) and read or set through
-`value`. The compiled record takes them in C (capture/native/_native_counter.c), an increment
+`value`. The compiled record takes them in C (capture/native/record/counter.c), an increment
 instead of reading an int attribute and setting the next one back; without the extension,
-`PythonCounter` does the same in Python.
+`PythonCounter` does the same in Python (one the compiled record meets it takes through `take`
+and `value`, two of the names its ATTRIBUTE_READS lists).
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def _placeholders_json(key: tuple) -> str:
     return _dumps(placeholders)
 
 
-# (keyword arguments' key) -> their JSON, for the compiled record (capture/native/_native_call.c
+# (keyword arguments' key) -> their JSON, for the compiled record (capture/native/record/call.c
 # kwargs_key): keyword arguments that hold no tensor, encoded once per distinct key.
 _interned_kwargs: dict[tuple, str] = {}
 
@@ -205,7 +205,7 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
 
 def out_list_json(key: int) -> str:
     """The out JSON encode_call writes for a tuple or list of tensors and Nones, for the compiled
-    record (capture/native/_native_record.c): `key` packs the first tensor's placeholder index (bits
+    record (capture/native/record/call.c): `key` packs the first tensor's placeholder index (bits
     0-7), the item count (8-15) and which items are tensors (a bit each from 16)."""
     first, count, present = key & 0xFF, (key >> 8) & 0xFF, key >> 16
     items, k = [], first

@@ -124,7 +124,7 @@ class RecordingMode(TorchDispatchMode):
         self.ops = ops
         self._redispatching: set = set()  # custom ops now inside their own autograd kernel
         if ops.native is not None and "native_dispatch" in context.fast_paths:
-            # The compiled handler (capture/native/_native_dispatch.c) takes the calls of ops with a
+            # The compiled handler (capture/native/record/dispatch.c) takes the calls of ops with a
             # compiled plan (OpLog.compiled) and hands the rest to this class's handler. As an
             # instance attribute it is what torch calls; its __self__ is this mode.
             self.__torch_dispatch__ = native._native.DispatchHandler(

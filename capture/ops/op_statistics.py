@@ -20,8 +20,8 @@ from spiketrace.capture.ops import conv_taps
 from spiketrace.capture.native import BIT_FORMATS, _native, scan_stats
 from spiketrace.capture.ops.shared_operands import SHARED, operand_stats
 
-# The pair count and the ternary check in compiled passes (capture/native/_native_pairs.c,
-# capture/native/_native_ternary.c); None without the extension.
+# The pair count and the ternary check in compiled passes (capture/native/scan/pairs.c,
+# capture/native/scan/ternary.c); None without the extension.
 _compiled_pairs = getattr(_native, "nonzero_pairs", None)
 _compiled_ternary = getattr(_native, "ternary", None)
 _compiled_counts = getattr(_native, "nonzero_counts", None)

@@ -19,15 +19,15 @@ FAST_PATHS = {
                          "where the install built it",
     "native_operand_statistics": "NeuroBench's nonzero-pair counts (mm, bmm, addmm, linear), ternary input checks, "
                                  "a convolution input's nonzeros per position and a weight's dense check in "
-                                 "compiled passes (capture/native/_native_pairs.c, capture/native/_native_ternary.c, the scan) "
+                                 "compiled passes (capture/native/scan/pairs.c, capture/native/scan/ternary.c, the scan) "
                                  "instead of a few torch ops each",
     "shared_scans": "a large CPU tensor's scan shared among the threads of the OpenMP runtime torch runs "
-                    "(capture/native/_native_parallel.c) instead of the calling thread alone",
+                    "(capture/native/scan/parallel.c) instead of the calling thread alone",
     "native_record": "the per-op record of the common call (plain CPU tensors, simple arguments, one tensor out) "
-                     "and a module hook's row (plain tensors) in compiled code (capture/native/_native_record.c, "
-                     "capture/native/_native_hooks.c)",
+                     "and a module hook's row (plain tensors) in compiled code (capture/native/record/record.c, "
+                     "capture/native/record/hooks.c)",
     "native_dispatch": "the dispatch mode's handler for ops the compiled record takes in compiled code "
-                       "(capture/native/_native_dispatch.c) instead of a Python __torch_dispatch__",
+                       "(capture/native/record/dispatch.c) instead of a Python __torch_dispatch__",
 }
 
 ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"

@@ -11,7 +11,7 @@ committed checksum before its rows are merged, so damage is never laundered into
 checksummed part; the merged parts get checksums of their own.
 
 Rows keep their order: parts merge only with their neighbours in commit order. The writer
-compacts parts below `small_bytes` at close (capture/store/writer.py); `spiketrace compact TRACE`
+compacts parts below `small_bytes` at close (TraceWriter.close); `spiketrace compact TRACE`
 does the same for a finished trace, with a larger threshold. Pure pyarrow (no torch).
 """
 

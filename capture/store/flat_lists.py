@@ -2,11 +2,10 @@
 length in an array('i').
 
 A module hook's row holds the ids of the tensors it saw (module_events inputs, outputs,
-kwarg_inputs); held as a tuple per row, that is a tuple object and an int object per id, ~80
-bytes a row where the flat arrays hold 8 a value and 4 a row (measured on a spiking
-ResNet-18: ~17 of its ~310 buffered bytes an event). A null item (a None tensor) is kept
-as its index in a short list, so every int64 value round-trips. It appends, `len()`s and
-`del`s a prefix or a suffix as a list column does (capture/store/table_buffer.py), and becomes
+kwarg_inputs); held as a tuple per row, that is a tuple object and an int object per id,
+several times the 8 bytes a value and 4 a row the flat arrays hold. A null item (a None
+tensor) is kept as its index in a short list, so every int64 value round-trips. It appends,
+`len()`s and `del`s a prefix or a suffix as a TableBuffer's list column does, and becomes
 its Arrow list column in Arrow. Pure pyarrow.
 """
 

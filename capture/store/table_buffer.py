@@ -3,7 +3,7 @@
 Rows are appended to one list per column, so no Python object is created per row (list-typed
 cells hold the tuple the caller already had, e.g. a torch.Size, which the cyclic GC untracks).
 Non-nullable integer columns (seq numbers, ids, sizes) are integer arrays instead, as wide as
-their type (array.array, or in the compiled record's tables capture/native/_native_column.c's
+their type (array.array, or in the compiled record's tables capture/native/scan/column.c's
 IntColumn), so no int object is kept per row; fields repeating together are one interned
 tuple a row (BUFFER_GROUPS), an op's event_tensors seq and k one run an event (BUFFER_RUNS),
 and a hook's tensor id lists flat (FLAT_LISTS). `buffered_bytes` adds up what the buffers
@@ -22,18 +22,18 @@ import pyarrow.compute as pc
 
 from spiketrace.capture.store.flat_lists import FlatIntLists
 
-try:  # the compiled grouping of a flush (capture/native/_native.c); the Python one does the same, slower
+try:  # the compiled grouping of a flush (capture/native/scan/codes.c); the Python one does the same, slower
     from spiketrace.capture.native._native import identity_codes
 except ImportError:
     identity_codes = None
-try:  # the compiled record's integer columns (capture/native/_native_column.c); array.array without it
+try:  # the compiled record's integer columns (capture/native/scan/column.c); array.array without it
     from spiketrace.capture.native._native import IntColumn
 except ImportError:
     IntColumn = None
 
 
 # The tables the compiled record appends to for every op: their integer columns are IntColumns,
-# which it fills with C integers (capture/native/_native_column.c); other tables keep array.array.
+# which it fills with C integers (capture/native/scan/column.c); other tables keep array.array.
 COMPILED_RECORD_TABLES = frozenset({"events", "event_tensors", "tensors", "tensor_frees"})
 # What an integer column is, either way.
 INT_COLUMN_TYPES = (array,) if IntColumn is None else (array, IntColumn)
@@ -76,14 +76,14 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
 # Distinct tuples append() keeps per group before it starts over (a bound on the memo, not on the rows).
 INTERNED_PER_GROUP = 65536
 
-# list<int64> fields held flat (capture/store/flat_lists.py): a module hook's tensor ids.
+# list<int64> fields held flat (FlatIntLists): a module hook's tensor ids.
 FLAT_LISTS: dict[str, tuple[str, ...]] = {"module_events": ("inputs", "outputs", "kwarg_inputs")}
 
 # Fields held once per run of consecutive rows instead of once per row: (the field whose value
 # a run shares, the field numbering the rows within their run from 0). An op's event_tensors
 # rows are appended together, so the buffer holds its seq and row count once per event, not a
-# seq and a k per row (2.6 rows an event on a conv net: ~16 B an event less, and two appends
-# less per row); a flush expands them in Arrow (TableBuffer.to_arrow).
+# seq and a k per row (an op has a few rows: two values and two appends less for each); a flush
+# expands them in Arrow (TableBuffer.to_arrow).
 BUFFER_RUNS: dict[str, tuple[str, str]] = {"event_tensors": ("seq", "k")}
 
 
@@ -93,8 +93,8 @@ def collector_paused():
 
     Unzipping a 200k-row buffer makes column lists of 200k items each; while they are young,
     every young-generation collection (one per ~700 allocations, and pyarrow's conversion
-    makes many) walks all of them: measured, a 200k-event flush took 2.3 s with the
-    collector on and 0.8 s with it paused. These lists hold no cycles, so pausing frees
+    makes many) walks all of them, which makes a large flush several times slower. These
+    lists hold no cycles, so pausing frees
     nothing later than it would be freed. Only turned back on if it was on: a script that
     runs with the collector off keeps it off."""
     enabled = gc.isenabled()
@@ -291,8 +291,8 @@ class TableBuffer:
     def _group_arrays(self, rows: list, members: tuple[str, ...]) -> dict[str, pa.Array]:
         """The member columns of a group: each distinct row tuple (by identity: the hot paths
         share one tuple among equal rows) converted once, then taken by row in Arrow. A flush
-        of 200k events holds a few hundred distinct call and context tuples, so this converts
-        hundreds of values a member instead of 200k. Every row object is alive in `rows`
+        holds few distinct call and context tuples among its many rows, so this converts a
+        value a distinct tuple, not a value a row. Every row object is alive in `rows`
         while this runs, so an id names one object."""
         types = {member: self.schema.field(member).type for member in members}
         if not rows:

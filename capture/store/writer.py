@@ -1,13 +1,13 @@
-"""Buffered, columnar writing of a trace: column buffers (capture/store/table_buffer.py) flushed to
+"""Buffered, columnar writing of a trace: column buffers (TableBuffer) flushed to
 Parquet parts and committed in the manifest.
 
-Buffered rows cost Python memory (measured: about 0.6-1.5 KB an event with its tensor rows,
-benchmarks/capture_overhead.py), so `buffered_bytes_estimate` adds up what the buffers really
-hold, and `flush_bytes` bounds that.
+Buffered rows cost Python memory (benchmarks/capture_overhead.py, part 5, shows how much an
+event), so `buffered_bytes_estimate` adds up what the buffers really hold, and `flush_bytes`
+bounds that.
 A flush turns the lists into Arrow arrays and writes one part per table, each created
 exclusively (O_EXCL, through directory descriptors opened with O_NOFOLLOW, so never through
 a link someone left in the trace); then it commits them in one atomic manifest rewrite that
-lists each part with its rows, bytes and BLAKE2b checksum (schemas/layout.py). Readers read
+lists each part with its rows, bytes and BLAKE2b checksum. Readers read
 committed parts only, so a process killed at any moment leaves a consistent snapshot: the
 committed flushes, a manifest that says `running`, and at most one flush's uncommitted files.
 
@@ -53,12 +53,12 @@ from spiketrace.schemas.tables import TABLES
 from spiketrace.schemas.version import SCHEMA_VERSION
 
 
-ZSTD_LEVEL = 9  # measured: about a quarter smaller than the default level, at a small cost per flush
+ZSTD_LEVEL = 9  # clearly smaller parts than the default level, at a small cost per flush
 
 
 def _encodings(schema: pa.Schema) -> tuple[list[str], list[str]]:
     """Integer columns get delta encoding (ids and seq numbers grow steadily, so their
-    deltas pack into a few bits; measured 2-7x smaller than dictionary), the rest dictionary."""
+    deltas pack into a few bits, far smaller than a dictionary), the rest dictionary."""
     delta = [f.name for f in schema if pa.types.is_integer(f.type)]
     return delta, [f.name for f in schema if f.name not in delta]
 
@@ -194,7 +194,7 @@ class TraceWriter:
         self._saving = False
         self.part_index = 0
         self.counts = {name: 0 for name in TABLES}
-        # table -> committed parts: {"path", "rows", "bytes", "blake2b"} (schemas/layout.py)
+        # table -> committed parts: {"path", "rows", "bytes", "blake2b"}
         self.parts: dict[str, list[dict]] = {name: [] for name in TABLES}
         self.manifest: dict[str, Any] = {
             "format": layout.FORMAT_MARKER,
@@ -359,7 +359,7 @@ class TraceWriter:
         self._save_manifest()
 
     def _compact(self) -> None:
-        """Merge the small parts of small flushes (capture/store/compaction.py). Optional work: a
+        """Merge the small parts of small flushes (compact_rank). Optional work: a
         failure is logged and the committed parts stay as they are."""
         def commit(manifest: dict) -> None:
             self.write_manifest()

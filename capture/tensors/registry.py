@@ -69,7 +69,7 @@ def storage_pointer(t: torch.Tensor) -> int:
 
 # The buffer's physical columns: a row's form (shape, stride, storage_offset, numel, dtype,
 # element_size, device, requires_grad, is_meta, is_parameter, parameter) is one interned tuple
-# (capture/store/table_buffer.py BUFFER_GROUPS): the same activations recur every step.
+# (the buffer's group "$form"): the same activations recur every step.
 ROW_COLUMNS = _ROW_COLUMNS = ("tensor_id", "uid", "version", "first_seq", "$form", "storage_ptr", "nnz", "is01")
 _FORM = ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device", "requires_grad",
          "is_meta", "is_parameter", "parameter")
@@ -79,7 +79,7 @@ def has_values(t: torch.Tensor) -> bool:
     """The tensor's storage holds every element it views now: allocated, and long enough for
     its offset and extent. FSDP2 frees a parameter's storage with resize_(0) and sizes storages
     it allocates later, and a user may shrink one, while tensors keep viewing them; reading
-    such a tensor reads memory the capture does not own. (capture/native/_native_state.c's
+    such a tensor reads memory the capture does not own. (capture/native/record/forms.c's
     storage_holds is the compiled record's same check.)"""
     try:
         if t.numel() == 0:
@@ -149,7 +149,7 @@ class TensorRegistry:
         # selectable so tests can run it without one.
         self.defer_statistics = defer_statistics
         # CPU statistics by the compiled one-pass scan where it was built (fast path
-        # native_statistics, capture/session/fast_paths.py), else by python_stats: the same numbers.
+        # native_statistics), else by python_stats: the same numbers.
         self.native_scan = native_scan
         # Statistics that fail are recorded as not taken (null) and reported here.
         self.report_failure = report_failure
@@ -305,7 +305,7 @@ class TensorRegistry:
         name = self.parameter_names.get(id(t))
         pending = isinstance(stats, PendingStats)
         nnz, is01 = (None, None) if pending else stats
-        # null is -1 in these array columns (capture/store/table_buffer.py NULL_SENTINELS)
+        # null is -1 in these array columns (the buffer's NULL_SENTINELS)
         nnz, is01 = -1 if nnz is None else nnz, -1 if is01 is None else is01
         row_key = (kind_key, requires_grad, is_meta, name)
         row_kind = self._row_kinds.get(row_key)
@@ -358,7 +358,7 @@ class TensorRegistry:
             index = row - dropped
             if index < 0:  # its row was discarded (a failed flush drops what it buffered)
                 continue
-            # null is -1 in these array columns (capture/store/table_buffer.py NULL_SENTINELS)
+            # null is -1 in these array columns (the buffer's NULL_SENTINELS)
             c["nnz"][index] = -1 if stats.nnz is None else stats.nnz
             c["is01"][index] = -1 if stats.is01 is None else stats.is01
         self.pending.clear()

@@ -1,6 +1,6 @@
 """Exact value statistics of a CPU tensor: its non-zero count and whether it holds only 0 and 1.
 
-Each is the cheapest exact pass measured for its size on 2 cores: a small tensor's values read
+Each is the cheapest exact pass for its size: a small tensor's values read
 into Python, numpy's comparison over the tensor's memory (read through __array_interface__,
 never `.numpy()` on the user's tensor, which would mark its storage non-resizable for good:
 see capture/tensors/registry.py), or torch's kernels on a fresh tensor of ours for large ones.
@@ -54,9 +54,8 @@ class _Memory:
                                     "shape": tuple(t.shape), "strides": tuple(s * size for s in t.stride())}
 
 
-# Below this many elements numpy's single-threaded comparison beats torch's bool cast (measured
-# on 2 cores, quiet: 1.0x at 16k elements, 1.7x at 64k, 1.4x at 256k, 0.7x at 512k, where the
-# cast's two threads win); it also never waits behind torch's OpenMP pool on a busy machine.
+# Below this many elements numpy's single-threaded comparison beats torch's bool cast; above it
+# the cast's threads win. Numpy also never waits behind torch's OpenMP pool on a busy machine.
 NUMPY_COUNT_LIMIT = 1 << 19
 
 
@@ -64,7 +63,7 @@ def _memory(t: torch.Tensor):
     """The tensor's elements as a read-only numpy array over its memory, or None where numpy
     cannot read them: no numpy, a dtype numpy lacks, a negative view (its memory holds the
     negated values) or a tensor subclass without a data pointer of its own. Built once per
-    tensor state: each array costs about 5 us, as much as a comparison over 25k elements."""
+    tensor state: building the array costs as much as a comparison over a mid-sized tensor."""
     typestr = _NUMPY_TYPESTRS.get(t.dtype)
     if typestr is None or t.is_neg():
         return None
@@ -84,16 +83,16 @@ def _count_nonzero(t: torch.Tensor, memory=None) -> int:
 
 
 def _count_bool(t: torch.Tensor) -> int:
-    """Number of True values of a bool tensor: numpy counts its memory at any size (5x faster
-    than torch's count_nonzero at 393k elements on 2 cores: a comparison's output, as `ge`
-    gives a spiking neuron), torch where numpy cannot read it."""
+    """Number of True values of a bool tensor: numpy counts its memory at any size (far
+    faster than torch's count_nonzero on a comparison's output, such as the spikes `ge` gives
+    a neuron), torch where numpy cannot read it."""
     memory = _memory(t)
     return int(numpy.count_nonzero(memory)) if memory is not None else int(torch.count_nonzero(t))
 
 
 def _count_ones(t: torch.Tensor, memory=None) -> int:
     """Number of elements equal to 1: numpy's one comparison pass over the tensor's memory
-    (`memory`, from _memory; 2x faster than torch's subtract-and-cast), else torch counts."""
+    (`memory`, from _memory; cheaper than torch's subtract-and-cast), else torch counts."""
     if memory is not None:
         return int(numpy.count_nonzero(memory == 1))
     # x - 1 == 0 exactly when x == 1 (IEEE subtraction, and integers modulo their width); NaN -
@@ -114,14 +113,14 @@ def readable(t: torch.Tensor) -> torch.Tensor:
 
 def immediate_stats(t: torch.Tensor) -> tuple[int, bool]:
     """(nnz, is01) of a CPU tensor; is01 == all((t == 0) | (t == 1)), False with NaN: the
-    compiled one-pass scan where it was built (capture/native/__init__.py), else python_stats."""
+    compiled one-pass scan where it was built (scan_stats), else python_stats."""
     stats = scan_stats(t)
     return python_stats(t) if stats is None else stats
 
 
 def python_stats(t: torch.Tensor) -> tuple[int, bool]:
     """immediate_stats without the compiled scan: the cheapest exact pass per size in Python
-    (the slow path of the fast path `native_statistics`, capture/session/fast_paths.py)."""
+    (the slow path of the fast path `native_statistics`)."""
     if t.is_quantized or t.is_neg():
         t = readable(t)
     numel = t.numel()
@@ -138,7 +137,7 @@ def python_stats(t: torch.Tensor) -> tuple[int, bool]:
     if nnz == 0:
         return 0, True
     # The first element decides most non-binary tensors without a second pass (read from the
-    # memory array: 0.3 us, where indexing the tensor is a 4 us op).
+    # memory array: indexing the tensor would be a dispatched op, far dearer).
     first = memory[(0,) * memory.ndim] if memory is not None else t[(0,) * t.dim()].item()
     if first != 0 and first != 1:
         return nnz, False

@@ -3,17 +3,18 @@
  *
  * It is what array.array is to capture/store/table_buffer.py (append, extend, len, index, set an
  * item, delete a prefix or a suffix, count, tobytes), plus a C entry the compiled record calls
- * with a C integer (int_column_append): array's append parses each value with PyArg_Parse,
- * and the record made a Python int for it first; measured on a 16-element op, the record's
- * appends were ~18% of its time. Slices come back as lists (their readers sum or iterate them).
+ * with a C integer (int_column_append), where array's append would parse each value with
+ * PyArg_Parse from a Python int made for it. Slices come back as lists (their readers sum or
+ * iterate them).
  *
  * A 'q' column holds its items in 4 bytes until one needs 8, then widens all of them in place
  * (`itemsize` says which; tobytes gives that width): seq numbers, tensor ids, versions and
  * counts fit 32 bits for hours of recording, so a buffered event holds ~50 bytes less (a
  * pointer column widens at its first item). The values are the same either way.
  */
-#include "_native_column.h"
-#include "_native.h"
+#include "native.h"
+
+static PyTypeObject IntColumnType;
 
 typedef struct {
     PyObject_HEAD
@@ -284,9 +285,9 @@ static PyMappingMethods column_mapping = {.mp_length = (lenfunc)column_length,
                                           .mp_subscript = (binaryfunc)column_subscript,
                                           .mp_ass_subscript = (objobjargproc)column_ass_subscript};
 
-PyTypeObject IntColumnType = {
+static PyTypeObject IntColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spiketrace.capture.native._native.IntColumn",
-    .tp_doc = "IntColumn(typecode): a growable column of b, h, i or q integers (capture/native/_native_column.c)",
+    .tp_doc = "IntColumn(typecode): a growable column of b, h, i or q integers (capture/native/scan/column.c)",
     .tp_basicsize = sizeof(IntColumn),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = column_new,

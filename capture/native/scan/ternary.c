@@ -3,8 +3,8 @@
  * floats) is zero or the pattern of 1, or (signed integers) the value is all ones. Exactly what
  * `(x == 0) | (x.abs() == 1)` says for every value (-0.0 is 0, NaN and inf are neither), in
  * one pass that stops at the first other value: most analog tensors stop at their first
- * element, where the Python path runs five small ops (about 60 us). */
-#include "_native.h"
+ * element, where the Python path runs five small ops. */
+#include "scan/scan.h"
 
 /* Elements a contiguous line is checked in at a time: the compiler vectorises a block (no exit
  * inside it), and a tensor with another value still stops within its first block. */

@@ -1,19 +1,9 @@
 /* capture/tensors/propagation.py's arithmetic rules (scalar_arithmetic, zero_operand,
  * one_minus_binary) for the compiled record, each exactly as the Python rule decides, or
  * RULE_UNSURE where this code does not read a value the Python rule does (then the record
- * hands a large output to Python, as before these rules were here). */
-
-#include "_native_attrs.h"
-#include "_native_rules.h"
-
-#include <math.h>
-
-static PyObject *s_alpha;
-
-static int strings_ready(void) {
-    if (s_alpha == NULL) s_alpha = PyUnicode_InternFromString("alpha");
-    return s_alpha != NULL ? 0 : -1;
-}
+ * hands a large output to the Python rule). tests/test_propagation_twins.py runs both on the
+ * same operands. */
+#include "record/record.h"
 
 /* Whether `value` == `target` (0 or 1) as Python compares a number with it: RULE_APPLIES,
  * RULE_NO, or RULE_UNSURE for a kind of value this does not read (bool, complex, ...). */
@@ -113,7 +103,6 @@ static int one_minus(PyObject *args, PyObject *kwargs, const Operand *x, const O
 int arithmetic_rule(int propagation, PyObject *args, PyObject *kwargs, const Operand *x, const Operand *other,
                     const Operand *out, PyObject **stats) {
     *stats = NULL;
-    if (strings_ready() < 0) return -1;
     if (x == NULL || PyTuple_GET_SIZE(args) < 2) return RULE_NO; /* the rules read x and a second argument */
     if (propagation == PROPAGATE_ONE_MINUS) return other == NULL ? one_minus(args, kwargs, x, out, stats) : RULE_NO;
     if (other == NULL) return with_scalar(propagation, args, kwargs, x, out, stats);

@@ -1,13 +1,13 @@
 /* The nonzero-pair count of a matrix product, for capture/ops/op_statistics.py _gemm_pairs:
  * sum over batch b and inner index k of nnz(x[b, :, k]) * nnz(y[b, k, :]), the (nonzero x,
  * nonzero y) pairs x @ y multiplies. In Python it is a compare, a cast and a sum per operand
- * and a product (about 230 us on a 512x128 by 128x384 addmm); here one pass over each operand.
+ * and a product; here one pass over each operand.
  *
- * "Nonzero" is by bit pattern, as capture/native/_native.c's scan: the value with its sign bit (for
+ * "Nonzero" is by bit pattern, as scan/scan.c's scan: the value with its sign bit (for
  * floats) masked is not all zeros, which is what `x != 0` says for every value (-0.0 is zero,
  * NaN is not). The counts are integers, so the result is exact (the Python path's float64
  * sum is exact too while it stays below 2**53). */
-#include "_native.h"
+#include "scan/scan.h"
 
 /* counts[k] += the nonzeros of line k of a 2-D view (kept axis k, reduced axis r), read in
  * memory order: the kept axis inner where its stride is the smaller (a row-major x, counted
@@ -54,7 +54,7 @@ static void count_lines(const char *base, int size, uint64_t mask, int64_t kept,
     }
 }
 
-/* count_lines shared among the threads of torch's OpenMP runtime (capture/native/_native.h) for a
+/* count_lines shared among the threads of torch's OpenMP runtime (scan/parallel.c) for a
  * large view: each thread takes a run of the axis count_lines walks outermost, so it reads
  * memory of its own. The reduced axis outer (a row-major x counted per column): a run of its
  * lines into the thread's own row of `parts` (threads x kept, zeroed), added up after; the
@@ -192,11 +192,11 @@ PyObject *native_nonzero_pairs(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromUnsignedLongLong(total);
 }
 
-/* A share of nonzero_counts among the threads of torch's OpenMP runtime (capture/native/_native.h):
+/* A share of nonzero_counts among the threads of torch's OpenMP runtime (scan/parallel.c):
  * thread `index` of `count` counts the slices a of its own run [a0, a1) into its own row of
  * `parts` (kept counts each), which the caller adds up: each thread reads memory of its own,
- * as the single pass does (cutting the positions instead splits every line between the
- * threads, and measured no faster than one thread). */
+ * as the single pass does (cutting the positions instead would split every line between the
+ * threads, which gains nothing over one thread). */
 typedef struct {
     const Operand3 *x;
     int64_t *parts; /* rows x kept counts */
@@ -239,7 +239,7 @@ PyObject *native_nonzero_counts(PyObject *Py_UNUSED(self), PyObject *args) {
     if (threads > outer) threads = outer > 1 ? (int)outer : 1;
     /* zeroed: the rows of threads a smaller team than asked never had add nothing */
     int64_t *parts = threads > 1 ? PyMem_Calloc((size_t)(threads * kept) + 1, sizeof(int64_t)) : NULL;
-    if (threads > 1 && parts == NULL) threads = 1; /* one thread, as before */
+    if (threads > 1 && parts == NULL) threads = 1; /* no memory for the shares: one thread */
     CountsJob job = {&x, parts, threads};
     Py_BEGIN_ALLOW_THREADS
     if (threads > 1) {

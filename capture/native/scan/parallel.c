@@ -11,12 +11,12 @@
  * each large scan (this module may load before torch), and only if the process has it loaded
  * already (dlopen with RTLD_NOLOAD), through the GOMP_parallel entry point that
  * GCC's libgomp, LLVM's libomp and Intel's libiomp5 all export. Where none is loaded, or on a
- * platform without dlopen, every scan runs on the calling thread as before. The counts do not
+ * platform without dlopen, every scan runs on the calling thread. The counts do not
  * depend on how the memory is cut: each thread counts its own range into its own slot and the
  * caller adds the slots up.
  */
 #define PY_SSIZE_T_CLEAN
-#include "_native.h"
+#include "scan/scan.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <dlfcn.h>
@@ -27,9 +27,8 @@
  * the elementwise op that most likely wrote the tensor: torch cuts an op's elements among its
  * threads from 32768 of them (at::internal::GRAIN_SIZE, 128 KB of float32), one equal run
  * each, as native_share cuts a scan, so each thread then reads the run it wrote from its own
- * core's cache. Scanned by the calling thread alone, half of a 200 KB output just written
- * came from the other core's cache: a recorded float32 multiply of 64x800 cost 17.6 us more
- * than the op alone, shared 8.4 (benchmarks/shared_scans.py measures both). */
+ * core's cache, where the calling thread alone would read the runs other cores wrote from
+ * theirs (benchmarks/shared_scans.py measures both). */
 static int64_t parallel_from_bytes = 128 << 10;
 static int thread_cap = MAX_SCAN_THREADS;
 

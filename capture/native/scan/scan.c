@@ -1,8 +1,5 @@
-/* spiketrace.capture.native._native: the compiled inner loops of the capture's per-op path.
- *
- * Plain CPython C API, no torch headers: it builds with the Python headers and a C compiler
- * at install time (an optional extension: where it cannot build, capture/native/__init__.py says so
- * and the Python paths run instead, recording the same trace).
+/* The one-pass value scan of a CPU tensor's memory (the module's `scan`, and the compiled
+ * record's scan of a new state).
  *
  * scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones)
  *   Counts, in one pass over a CPU tensor's memory, the elements that are not zero and the
@@ -14,11 +11,9 @@
  *   `strides` are in elements, any sign or zero (expanded views count each logical element).
  *   When the first element is neither 0 nor 1 only the non-zeros are counted and `ones` is
  *   -1 (the tensor is not 0/1 whatever the rest holds). The GIL is released while a large
- *   tensor is scanned.
+ *   tensor is scanned, and a large scan is shared among torch's OpenMP threads (scan/parallel.c).
  */
-#define PY_SSIZE_T_CLEAN
-#include "_native.h"
-#include "_native_attrs.h"
+#include "scan/scan.h"
 #define RELEASE_GIL_FROM 65536 /* elements: below this the GIL round trip costs more than it frees */
 
 typedef struct {
@@ -144,62 +139,6 @@ DEFINE_NONZERO_ROW(nonzero64, uint64_t, (int64_t)1 << 40)
 
 typedef void (*RowFunction)(const char *, int64_t, int64_t, uint64_t, uint64_t, Counts *);
 
-int read_int64s(PyObject *sequence, int64_t *out, Py_ssize_t *count, const char *what) {
-    PyObject *fast = PySequence_Fast(sequence, what);
-    if (fast == NULL) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    if (n > MAX_DIMS) {
-        Py_DECREF(fast);
-        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions, at most %d", what, n, MAX_DIMS);
-        return -1;
-    }
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long v = PyLong_AsLongLong(items[i]);
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
-        }
-        out[i] = (int64_t)v;
-    }
-    *count = n;
-    Py_DECREF(fast);
-    return 0;
-}
-
-int read_layout(const char *op, PyObject *shape_object, PyObject *strides_object, int64_t *shape, int64_t *strides,
-                Py_ssize_t *ndim, int64_t *numel) {
-    char what[64];
-    Py_ssize_t nstrides;
-    snprintf(what, sizeof(what), "%s: shape", op);
-    if (read_int64s(shape_object, shape, ndim, what) < 0) return -1;
-    snprintf(what, sizeof(what), "%s: strides", op);
-    if (read_int64s(strides_object, strides, &nstrides, what) < 0) return -1;
-    if (*ndim != nstrides) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions but %zd strides", op, *ndim, nstrides);
-        return -1;
-    }
-    *numel = 1;
-    for (Py_ssize_t d = 0; d < *ndim; d++) {
-        if (shape[d] < 0) {
-            PyErr_Format(PyExc_ValueError, "%s: negative size", op);
-            return -1;
-        }
-        *numel *= shape[d];
-    }
-    return 0;
-}
-
-int native_add_type(PyObject *module, PyTypeObject *type, const char *name) {
-    if (PyType_Ready(type) < 0) return -1;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
-}
-
 /* A scan's memory as rows: dimensions sorted by |stride| with the largest outermost (the
  * counts do not depend on the order; a transposed view then reads rows, not columns), size-1
  * dimensions dropped, stride-0 (expanded) ones counted once and the count multiplied by how
@@ -314,8 +253,8 @@ static void scan_strided(ScanPlan *plan, int threads, Counts *counts) {
     counts->ones += once.ones * plan->repeats;
 }
 
-/* The counts of one tensor's memory, for capture/native/_native_record.c (which checked its
- * arguments): 0, or -1 with an exception set. */
+/* native.h: the counts of one tensor's memory, for the compiled record (record/forms.c, which
+ * checked its arguments). */
 int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_mask, uint64_t one_bits,
                        int count_ones, int ndim, const int64_t *shape, const int64_t *strides, int64_t *nnz,
                        int64_t *ones) {
@@ -357,7 +296,7 @@ int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_ma
     return 0;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+PyObject *native_scan(PyObject *self, PyObject *args) {
     unsigned long long address, zero_mask, one_bits;
     long long element_size;
     int count_ones;
@@ -377,129 +316,4 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                            strides, &nnz, &ones) < 0)
         return NULL;
     return Py_BuildValue("LL", (long long)nnz, (long long)ones);
-}
-
-/* identity_codes(rows) -> (codes, distinct): for a list of objects, the index in `distinct`
- * of each row's object, by identity (int32 codes, as bytes), and the distinct objects in
- * first-seen order. capture/store/table_buffer.py converts a grouped column's few hundred distinct
- * interned tuples once and takes them per row; mapping 200k rows to them by id() in Python
- * was half a flush. Every row holds its object alive while this runs, so a pointer names one. */
-static PyObject *identity_codes(PyObject *self, PyObject *rows) {
-    if (!PyList_CheckExact(rows)) {
-        PyErr_SetString(PyExc_TypeError, "identity_codes: rows must be a list");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(rows);
-    if (n > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "identity_codes: too many rows for int32 codes");
-        return NULL;
-    }
-    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
-    PyObject *distinct = PyList_New(0);
-    size_t capacity = 1024; /* open addressing, load <= 1/2: pointer -> code */
-    PyObject **keys = PyMem_Calloc(capacity, sizeof(PyObject *));
-    int32_t *values = PyMem_Malloc(capacity * sizeof(int32_t));
-    if (codes == NULL || distinct == NULL) goto fail;
-    if (keys == NULL || values == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    int32_t *out = (int32_t *)PyBytes_AS_STRING(codes);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
-        size_t h = ((uintptr_t)row >> 4) * 0x9E3779B97F4A7C15ull;
-        size_t slot = h & (capacity - 1);
-        while (keys[slot] != NULL && keys[slot] != row) slot = (slot + 1) & (capacity - 1);
-        if (keys[slot] == row) {
-            out[i] = values[slot];
-            continue;
-        }
-        Py_ssize_t code = PyList_GET_SIZE(distinct);
-        if (PyList_Append(distinct, row) < 0) goto fail;
-        keys[slot] = row;
-        values[slot] = (int32_t)code;
-        out[i] = (int32_t)code;
-        if ((size_t)(code + 1) * 2 > capacity) { /* grow: rehash every key */
-            size_t grown = capacity * 2;
-            PyObject **new_keys = PyMem_Calloc(grown, sizeof(PyObject *));
-            int32_t *new_values = PyMem_Malloc(grown * sizeof(int32_t));
-            if (new_keys == NULL || new_values == NULL) {
-                PyMem_Free(new_keys);
-                PyMem_Free(new_values);
-                PyErr_NoMemory();
-                goto fail;
-            }
-            for (size_t k = 0; k < capacity; k++) {
-                if (keys[k] == NULL) continue;
-                size_t s = (((uintptr_t)keys[k] >> 4) * 0x9E3779B97F4A7C15ull) & (grown - 1);
-                while (new_keys[s] != NULL) s = (s + 1) & (grown - 1);
-                new_keys[s] = keys[k];
-                new_values[s] = values[k];
-            }
-            PyMem_Free(keys);
-            PyMem_Free(values);
-            keys = new_keys;
-            values = new_values;
-            capacity = grown;
-        }
-    }
-    PyMem_Free(keys);
-    PyMem_Free(values);
-    PyObject *result = PyTuple_Pack(2, codes, distinct);
-    Py_DECREF(codes);
-    Py_DECREF(distinct);
-    return result;
-fail:
-    PyMem_Free(keys);
-    PyMem_Free(values);
-    Py_XDECREF(codes);
-    Py_XDECREF(distinct);
-    return NULL;
-}
-
-PyObject *native_nonzero_pairs(PyObject *self, PyObject *args); /* capture/native/_native_pairs.c */
-PyObject *native_nonzero_counts(PyObject *self, PyObject *args); /* capture/native/_native_pairs.c */
-PyObject *native_ternary(PyObject *self, PyObject *args);       /* capture/native/_native_ternary.c */
-
-static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(address, element_size, zero_mask, one_bits, count_ones, shape, strides) -> (nnz, ones): one pass over "
-     "a CPU tensor's memory counting non-zero elements and elements equal to one, by bit pattern "
-     "(ones -1: the first element is neither 0 nor 1)."},
-    {"nonzero_pairs", native_nonzero_pairs, METH_VARARGS,
-     "nonzero_pairs(x, y) -> int | None (past 2**64): sum over b, k of nnz(x[b, :, k]) * nnz(y[b, k, :]); each operand (address, "
-     "element_size, nonzero_mask, (B, M, K) or (B, K, N), strides in elements)."},
-    {"nonzero_counts", native_nonzero_counts, METH_VARARGS,
-     "nonzero_counts((address, element_size, nonzero_mask, (A, B, K), strides)) -> bytes: int64 count of the "
-     "nonzero x[a, b, k] over a and b, for each k."},
-    {"ternary", native_ternary, METH_VARARGS,
-     "ternary(address, element_size, nonzero_mask, one_bits, minus_one_allowed, shape, strides) -> bool: every "
-     "element 0, 1 or -1."},
-    {"parallel_scan", (PyCFunction)(void (*)(void))native_parallel_scan, METH_VARARGS | METH_KEYWORDS,
-     "parallel_scan(min_bytes=None, max_threads=None) -> (runtime found, min_bytes, max_threads): when a scan is "
-     "shared among the threads of the OpenMP runtime torch loaded (read, and set where given)."},
-    {"tensor_attributes", native_tensor_attributes, METH_O,
-     "tensor_attributes(t) -> (_version, shape, requires_grad, dtype, device, is_cpu, layout, is_meta) as the "
-     "compiled record reads them: through torch's getters, found once per type."},
-    {"identity_codes", identity_codes, METH_O,
-     "identity_codes(rows: list) -> (codes: bytes of int32, distinct: list): each row's index among the distinct "
-     "objects of rows, by identity, in first-seen order."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "spiketrace.capture.native._native",
-                                    "Compiled inner loops of capture's per-op path.", -1, methods};
-
-int native_add_record_type(PyObject *module); /* capture/native/_native_record.c */
-int native_add_column_type(PyObject *module); /* capture/native/_native_column.c */
-int native_add_dispatch_type(PyObject *module); /* capture/native/_native_dispatch.c */
-int native_add_counter_type(PyObject *module);  /* capture/native/_native_counter.c */
-
-PyMODINIT_FUNC PyInit__native(void) {
-    native_parallel_init();
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (native_add_record_type(m) < 0 || native_add_column_type(m) < 0 ||
-                      native_add_dispatch_type(m) < 0 || native_add_counter_type(m) < 0))
-        Py_CLEAR(m);
-    return m;
 }

@@ -1,15 +1,12 @@
 /* spiketrace.capture.native._native.Counter: a number the record takes and advances, readable from Python.
  *
- * The trace's counters (the context's seq, the registry's next tensor id and uid) were int
- * attributes: taking one from C read the attribute, made the next int and set it back, ~590
- * instructions each under callgrind, three an op. Held here, the compiled record takes one
- * with an increment (counter_take), and Python reads and sets `value` as it did the attribute
- * (capture/native/counters.py has the pure-Python Counter used where the extension is not built). */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
-
-#include "_native.h"
+ * The trace's counters (the context's seq, the registry's next tensor id and uid) are held
+ * here, so the compiled record takes one with an increment (counter_take) instead of reading
+ * an int attribute, making the next int and setting it back, three times an op; Python reads
+ * and sets `value` as it would the attribute (capture/native/counters.py has the pure-Python
+ * counter used where the extension is not built, which counter_take takes through its
+ * methods). */
+#include "record/record.h"
 
 typedef struct {
     PyObject_HEAD
@@ -20,7 +17,7 @@ static PyTypeObject CounterType;
 
 long long counter_take(PyObject *counter) {
     if (Py_IS_TYPE(counter, &CounterType)) return ((Counter *)counter)->value++;
-    PyObject *taken = PyObject_CallMethod(counter, "take", NULL); /* a Python counter */
+    PyObject *taken = PyObject_CallMethodNoArgs(counter, s_take); /* a Python counter */
     if (taken == NULL) return -1;
     long long value = PyLong_AsLongLong(taken);
     Py_DECREF(taken);
@@ -29,7 +26,7 @@ long long counter_take(PyObject *counter) {
 
 PyObject *counter_value(PyObject *counter) {
     if (Py_IS_TYPE(counter, &CounterType)) return PyLong_FromLongLong(((Counter *)counter)->value);
-    return PyObject_GetAttrString(counter, "value");
+    return PyObject_GetAttr(counter, s_value);
 }
 
 static int Counter_init(Counter *self, PyObject *args, PyObject *kwargs) {

@@ -1,23 +1,22 @@
 /* The recording mode's __torch_dispatch__ for the common call, in C (capture/ops/dispatch.py).
  *
- * A Python __torch_dispatch__ costs a Python frame and its body on every op: measured on a
- * 16-element add, a mode whose handler is compiled adds 3.7 us an op where a Python one adds
- * 4.8. This handler is the mode's instance attribute (torch calls `mode.__torch_dispatch__`
- * and checks that its __self__ is the mode); it takes the calls whose op has a compiled plan
+ * A Python __torch_dispatch__ costs a Python frame and its body on every op, a large part of
+ * a small op's recorded cost (benchmarks/capture_overhead.py measures it). This handler is the
+ * mode's instance attribute (torch calls `mode.__torch_dispatch__` and checks that its
+ * __self__ is the mode); it takes the calls whose op has a compiled plan
  * (OpLog.compiled: a plain OpOverload, no decomposition, no collective) and hands every
  * other call to the Python handler unchanged. For the calls it takes it does what the Python
  * handler does, in the same order: the eval-frame callback off (TorchDynamo never sees the
  * record), the op, then under the context's lock the compiled record, the per-op scalars or
  * the Python record where the compiled one declines, a capture failure reported, never
  * raised; the op's result returned. */
-#include "_native_record.h"
-#include "_native.h"
+#include "record/record.h"
 
 typedef struct {
     PyObject_HEAD
     PyObject *mode;           /* __self__ */
     PyObject *recorder;       /* the OpRecorder */
-    PyObject *compiled;       /* id(func) -> (plan, op, name, written, wanted, propagation, statistics) */
+    PyObject *compiled;       /* id(func) -> a tuple of COMPILED_PLAN_FIELDS (interface.h PlanField) */
     PyObject *context;        /* its `recording` is read per call */
     PyObject *acquire, *release; /* the context lock's bound methods */
     PyObject *set_eval_frame; /* TorchDynamo's switch, or None */
@@ -29,8 +28,6 @@ typedef struct {
     long long taken;          /* calls this handler took (the rest went to the Python handler) */
     vectorcallfunc vectorcall;
 } DispatchHandler;
-
-static PyObject *s_recording;
 
 /* The raised exception, taken out of the error indicator (PyErr_GetRaisedException before 3.12). */
 static PyObject *take_exception(void) {
@@ -74,8 +71,9 @@ static int report_failure(DispatchHandler *self, PyObject *func) {
 /* The record of one call already run: compiled, then scalars or the Python record. */
 static int record_call(DispatchHandler *self, PyObject *func, PyObject *plan, PyObject *args, PyObject *kwargs,
                        PyObject *out) {
-    PyObject *argv[7] = {PyTuple_GET_ITEM(plan, 2), PyTuple_GET_ITEM(plan, 3), PyTuple_GET_ITEM(plan, 4),
-                         PyTuple_GET_ITEM(plan, 5), args, kwargs, out};
+    PyObject *argv[7] = {PyTuple_GET_ITEM(plan, PLAN_NAME), PyTuple_GET_ITEM(plan, PLAN_WRITTEN),
+                         PyTuple_GET_ITEM(plan, PLAN_WANTED), PyTuple_GET_ITEM(plan, PLAN_PROPAGATION), args, kwargs,
+                         out};
     PyObject *seq = OpRecorder_record((OpRecorder *)self->recorder, argv, 7);
     if (seq == NULL) return report_failure(self, func);
     long long value = PyLong_AsLongLong(seq);
@@ -83,18 +81,42 @@ static int record_call(DispatchHandler *self, PyObject *func, PyObject *plan, Py
     if (value == -1 && PyErr_Occurred()) return report_failure(self, func);
     PyObject *r;
     if (value < 0) {
-        r = PyObject_CallFunctionObjArgs(self->record_in_python, PyTuple_GET_ITEM(plan, 0), func, args, kwargs, out,
-                                         NULL);
-    } else if (PyTuple_GET_ITEM(plan, 6) == Py_True) {
+        r = PyObject_CallFunctionObjArgs(self->record_in_python, PyTuple_GET_ITEM(plan, PLAN_PLAN), func, args, kwargs,
+                                         out, NULL);
+    } else if (PyTuple_GET_ITEM(plan, PLAN_STATISTICS) == Py_True) {
         PyObject *seq_object = PyLong_FromLongLong(value);
         if (seq_object == NULL) return report_failure(self, func);
-        r = PyObject_CallFunctionObjArgs(self->take_scalars, PyTuple_GET_ITEM(plan, 2), seq_object, args, out, NULL);
+        r = PyObject_CallFunctionObjArgs(self->take_scalars, PyTuple_GET_ITEM(plan, PLAN_NAME), seq_object, args, out,
+                                         NULL);
         Py_DECREF(seq_object);
     } else {
         return 0;
     }
     if (r == NULL) return report_failure(self, func);
     Py_DECREF(r);
+    return 0;
+}
+
+/* The record of a call already run while recording is on, under the context's lock (released
+ * whatever happened, a raised exception kept across the release): 0, or -1 with an exception
+ * set. */
+static int record_locked(DispatchHandler *self, PyObject *func, PyObject *plan, PyObject *args, PyObject *kwargs,
+                         PyObject *out) {
+    PyObject *held = PyObject_CallNoArgs(self->acquire);
+    if (held == NULL) return -1;
+    Py_DECREF(held);
+    int failed = record_call(self, func, plan, args, kwargs, out);
+    Pending pending = {NULL, NULL, NULL};
+    if (failed) pending = hold_exception();
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    if (failed) {
+        Py_XDECREF(released);
+        PyErr_Restore(pending.type, pending.value, pending.traceback);
+        return -1;
+    }
+    if (released == NULL) return -1;
+    Py_DECREF(released);
+    self->taken++;
     return 0;
 }
 
@@ -112,42 +134,23 @@ static PyObject *DispatchHandler_vectorcall(DispatchHandler *self, PyObject *con
     if (key == NULL) return NULL;
     PyObject *plan = PyDict_GetItemWithError(self->compiled, key); /* borrowed */
     Py_DECREF(key);
-    if (plan == NULL) {
-        if (PyErr_Occurred()) return NULL;
+    if (plan == NULL && PyErr_Occurred()) return NULL;
+    if (plan == NULL || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != PLAN_FIELDS)
         return PyObject_Vectorcall(self->in_python, argv, nargsf, kwnames); /* a new op, or one Python takes */
-    }
     Py_INCREF(plan); /* the record may run Python, which may change the table */
     PyObject *frame = NULL, *out = NULL;
     if (self->set_eval_frame != Py_None) {
         frame = PyObject_CallOneArg(self->set_eval_frame, Py_None);
         if (frame == NULL) goto done;
     }
-    out = PyObject_Call(PyTuple_GET_ITEM(plan, 1), args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    out = PyObject_Call(PyTuple_GET_ITEM(plan, PLAN_OP), args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (out == NULL) goto done; /* the user's op: its own errors are the user's, raised as ever */
 
     PyObject *recording = PyObject_GetAttr(self->context, s_recording);
     if (recording == NULL) goto fail;
     int on = PyObject_IsTrue(recording);
     Py_DECREF(recording);
-    if (on < 0) goto fail;
-    if (on) {
-        PyObject *held = PyObject_CallNoArgs(self->acquire);
-        if (held == NULL) goto fail;
-        Py_DECREF(held);
-        int failed = record_call(self, func, plan, args, kwargs, out);
-        /* the lock is released whatever happened, keeping a raised exception across the call */
-        Pending pending = {NULL, NULL, NULL};
-        if (failed) pending = hold_exception();
-        PyObject *released = PyObject_CallNoArgs(self->release);
-        if (failed) {
-            Py_XDECREF(released);
-            PyErr_Restore(pending.type, pending.value, pending.traceback);
-            goto fail;
-        }
-        if (released == NULL) goto fail;
-        Py_DECREF(released);
-        self->taken++;
-    }
+    if (on < 0 || (on && record_locked(self, func, plan, args, kwargs, out) < 0)) goto fail;
     goto done;
 fail:
     Py_CLEAR(out);
@@ -183,8 +186,8 @@ static int DispatchHandler_init(DispatchHandler *self, PyObject *args, PyObject 
         PyErr_SetString(PyExc_TypeError, "DispatchHandler: recorder must be a spiketrace.capture.native._native.OpRecorder");
         return -1;
     }
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    PyObject *acquire = PyObject_GetAttr(lock, s_acquire);
+    PyObject *release = acquire ? PyObject_GetAttr(lock, s_release) : NULL;
     PyObject *empty = release ? PyDict_New() : NULL;
     if (empty == NULL) {
         Py_XDECREF(acquire);
@@ -241,7 +244,5 @@ static PyTypeObject DispatchHandlerType = {
 };
 
 int native_add_dispatch_type(PyObject *module) {
-    s_recording = PyUnicode_InternFromString("recording");
-    if (s_recording == NULL) return -1;
     return native_add_type(module, &DispatchHandlerType, "DispatchHandler");
 }

@@ -1,7 +1,7 @@
-/* A plain tensor's attributes through torch's getters (capture/native/_native_attrs.c): the object
+/* A plain tensor's attributes through torch's getters (record/attrs.c): the object
  * PyObject_GetAttr(t, name) gives, a new reference, or NULL with an exception set. */
-#ifndef SPIKETRACE_NATIVE_ATTRS_H
-#define SPIKETRACE_NATIVE_ATTRS_H
+#ifndef SPIKETRACE_RECORD_ATTRS_H
+#define SPIKETRACE_RECORD_ATTRS_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,6 +19,5 @@ typedef enum {
 } TensorAttribute;
 
 PyObject *tensor_attribute(PyObject *t, TensorAttribute which);
-PyObject *native_tensor_attributes(PyObject *self, PyObject *t); /* the module's tensor_attributes */
 
 #endif

@@ -1,9 +1,8 @@
 /* A plain tensor's attributes read through torch's own getters, found once per tensor type.
  *
  * PyObject_GetAttr(tensor, "shape") looks the name up in the type's MRO, checks for a data
- * descriptor, then calls it: measured under callgrind on a 16-element add, that lookup was
- * ~300 of the ~780 instructions each attribute read cost, and the compiled record reads a
- * dozen tensor attributes an op. Every attribute read here (_version, shape, requires_grad,
+ * descriptor, then calls it: the lookup is a large part of each read, and the compiled record
+ * reads a dozen tensor attributes an op. Every attribute read here (_version, shape, requires_grad,
  * dtype, device, is_cpu, layout, is_meta) is a getset descriptor of torch._C.TensorBase: a
  * data descriptor, which Python's attribute lookup gives precedence over an instance's
  * __dict__, so calling its getter is exactly what PyObject_GetAttr does, as long as the type
@@ -11,8 +10,8 @@
  * checked: the descriptors are looked up again whenever the type's version tag changes (any
  * assignment to the type or its bases), and a type with its own __getattribute__ or
  * __getattr__, or a name that resolves to anything but a getset descriptor, is read through
- * PyObject_GetAttr as before. */
-#include "_native_record.h"
+ * PyObject_GetAttr itself. */
+#include "record/record.h"
 
 #include <descrobject.h>
 

@@ -1,8 +1,7 @@
-/* The parts of an event the compiled record writes (capture/native/_native_record.c): the appends
- * into the buffers, the interning keys of its positional and keyword arguments, and its
- * context tuples (capture/ops/dispatch.py's $stage and $where). */
-#include "_native_record.h"
-#include "_native_column.h"
+/* The parts of an event the compiled record writes (record/record.c): the appends into the
+ * buffers, the interning keys of its positional and keyword arguments (capture/ops/arguments.py
+ * encode_call's) and the JSON of a tuple or list out. Its context tuples are record/context.c's. */
+#include "record/record.h"
 
 /* The IntColumn whose bound append `append` is (borrowed), else NULL. */
 static PyObject *int_column_of(PyObject *append) {
@@ -49,9 +48,17 @@ int append_long(PyObject *appends, Py_ssize_t i, long long value) {
     return r;
 }
 
-/* null is -1 in the nnz and is01 columns (capture/store/table_buffer.py NULL_SENTINELS) */
+/* null is NULL_SENTINEL in the nnz and is01 columns (capture/store/table_buffer.py NULL_SENTINELS) */
 int append_or_null(PyObject *appends, Py_ssize_t i, PyObject *value) {
-    return value == Py_None ? append_long(appends, i, -1) : call_append(appends, i, value);
+    return value == Py_None ? append_long(appends, i, NULL_SENTINEL) : call_append(appends, i, value);
+}
+
+/* A tuple of values[0..n) (new references to them), NULL with an exception set: the record's
+ * tuples are filled by their enums' members (record/interface.h), so an order is written once. */
+PyObject *pack_fields(PyObject *const *values, Py_ssize_t n) {
+    PyObject *tuple = PyTuple_New(n);
+    for (Py_ssize_t i = 0; tuple != NULL && i < n; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(values[i]));
+    return tuple;
 }
 
 /* The interning key of one positional argument, a new reference; NULL with no error set
@@ -151,146 +158,6 @@ Py_ssize_t tensor_list_length(OpRecorder *self, PyObject *a) {
     for (Py_ssize_t j = 0; j < n; j++)
         if (!is_plain_tensor(self, PySequence_Fast_GET_ITEM(a, j))) return 0;
     return n;
-}
-
-/* The context's thread_index() of the calling thread (a new reference), called only when the
- * thread changed. */
-PyObject *current_thread(OpRecorder *self) {
-    unsigned long ident = PyThread_get_thread_ident();
-    if (self->thread_value == NULL || ident != self->thread_ident) {
-        PyObject *index = PyObject_CallNoArgs(self->thread_index);
-        if (index == NULL) return NULL;
-        Py_XSETREF(self->thread_value, index);
-        self->thread_ident = ident;
-    }
-    return Py_NewRef(self->thread_value);
-}
-
-/* RecordingContext.take_seq() and its current_record: the seq the record takes, or -1 with
- * an exception set. */
-long long take_seq(OpRecorder *self, PyObject *record) {
-    long long seq = counter_take(self->seq_counter);
-    if (seq < 0) return -1;
-    PyObject *steps = PyObject_GetAttr(self->context, s_steps_recorded);
-    PyObject *step = steps ? PyObject_GetAttr(self->context, s_step_index) : NULL;
-    int added = step ? PySet_Add(steps, step) : -1;
-    Py_XDECREF(step);
-    Py_XDECREF(steps);
-    if (added < 0 || PyObject_SetAttr(self->context, s_current_record, record) < 0) return -1;
-    return seq;
-}
-
-/* The event's $stage and $where tuples (new references) into *stage_out and *where_out:
- * 0, or -1 with an exception set. */
-int event_context(OpRecorder *self, PyObject **stage_out, PyObject **where_out) {
-    PyObject *stage = NULL, *step = NULL, *grad = NULL, *task = NULL, *recompute = NULL, *thread = NULL,
-             *scope = NULL, *key = NULL;
-    int result = -1;
-    stage = PyObject_GetAttr(self->context, s_current_stage);
-    if (stage == NULL) goto done;
-    step = PyObject_GetAttr(self->context, s_step_index);
-    if (step == NULL) goto done;
-    grad = PyObject_CallNoArgs(self->is_grad_enabled);
-    if (grad == NULL) goto done;
-    task = PyObject_CallNoArgs(self->graph_task_id);
-    if (task == NULL) goto done;
-    long long task_id = PyLong_AsLongLong(task);
-    if (task_id == -1 && PyErr_Occurred()) goto done;
-    PyObject *in_backward = task_id != -1 ? Py_True : Py_False;
-    if (task_id != -1) {
-        recompute = PyObject_CallOneArg(self->in_recomputation, grad);
-        if (recompute == NULL) goto done;
-    } else {
-        recompute = Py_NewRef(Py_False);
-    }
-    /* The context's thread_index() and scope_id(), called only when what they depend on
-     * changed: the calling thread, the tracker's generation. */
-    if ((thread = current_thread(self)) == NULL) goto done;
-    PyObject *tracker = PyObject_GetAttr(self->context, s_tracker);
-    PyObject *generation = tracker ? PyObject_GetAttr(tracker, s_generation) : NULL;
-    Py_XDECREF(tracker);
-    if (generation == NULL) goto done;
-    int same_scope = self->scope_generation != NULL && generation == self->scope_generation;
-    if (!same_scope && self->scope_generation != NULL) {
-        same_scope = PyObject_RichCompareBool(generation, self->scope_generation, Py_EQ);
-        if (same_scope < 0) {
-            Py_DECREF(generation);
-            goto done;
-        }
-    }
-    if (!same_scope) {
-        PyObject *value = PyObject_CallNoArgs(self->scope_id);
-        if (value == NULL) {
-            Py_DECREF(generation);
-            goto done;
-        }
-        Py_XSETREF(self->scope_value, value);
-        Py_XSETREF(self->scope_generation, generation);
-    } else {
-        Py_DECREF(generation);
-    }
-    scope = Py_NewRef(self->scope_value);
-    /* Most ops find every part the very object the last event had: compared by identity, no
-     * key tuple is built for them (the step, an int, may be an equal one: compared by value). */
-    PyObject *const parts[7] = {stage, step, grad, in_backward, thread, scope, recompute};
-    int same = self->context_key != NULL;
-    for (int i = 0; same > 0 && i < 7; i++) {
-        PyObject *last = PyTuple_GET_ITEM(self->context_key, i);
-        if (last != parts[i]) same = i == 1 ? PyObject_RichCompareBool(last, parts[i], Py_EQ) : 0;
-    }
-    if (same < 0) goto done;
-    if (!same) {
-        key = PyTuple_Pack(7, stage, step, grad, in_backward, thread, scope, recompute);
-        if (key == NULL) goto done;
-        /* The stage tuple changes with the stage object or the step only. */
-        PyObject *previous = self->context_key;
-        int same_stage = previous != NULL && PyTuple_GET_ITEM(previous, 0) == stage;
-        if (same_stage) {
-            same_stage = PyObject_RichCompareBool(PyTuple_GET_ITEM(previous, 1), step, Py_EQ);
-            if (same_stage < 0) goto done;
-        }
-        if (!same_stage) {
-            PyObject *tuple;
-            if (stage == Py_None) {
-                tuple = PyTuple_Pack(4, step, Py_None, s_unlabeled, Py_None);
-            } else {
-                PyObject *stage_id = PyObject_GetAttr(stage, s_stage_id);
-                PyObject *name = stage_id ? PyObject_GetAttr(stage, s_name) : NULL;
-                PyObject *phase = name ? PyObject_GetAttr(stage, s_phase) : NULL;
-                tuple = phase ? PyTuple_Pack(4, step, stage_id, name, phase) : NULL;
-                Py_XDECREF(stage_id);
-                Py_XDECREF(name);
-                Py_XDECREF(phase);
-            }
-            if (tuple == NULL) goto done;
-            Py_XSETREF(self->stage_tuple, tuple);
-        }
-        /* The where tuple, interned with the Python path's (OpLog._wheres) across steps. */
-        PyObject *where = PyTuple_Pack(5, grad, in_backward, thread, scope, recompute);
-        if (where == NULL) goto done;
-        if (PyDict_GET_SIZE(self->wheres) > INTERNED_LIMIT) PyDict_Clear(self->wheres);
-        PyObject *interned = PyDict_SetDefault(self->wheres, where, where);
-        if (interned == NULL) {
-            Py_DECREF(where);
-            goto done;
-        }
-        Py_XSETREF(self->where_tuple, Py_NewRef(interned));
-        Py_DECREF(where);
-        Py_XSETREF(self->context_key, Py_NewRef(key));
-    }
-    *stage_out = Py_NewRef(self->stage_tuple);
-    *where_out = Py_NewRef(self->where_tuple);
-    result = 0;
-done:
-    Py_XDECREF(key);
-    Py_XDECREF(scope);
-    Py_XDECREF(thread);
-    Py_XDECREF(recompute);
-    Py_XDECREF(task);
-    Py_XDECREF(grad);
-    Py_XDECREF(step);
-    Py_XDECREF(stage);
-    return result;
 }
 
 /* The JSON of a tuple or list out (a new reference), made once per shape by arguments.py
