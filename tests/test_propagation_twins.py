@@ -11,14 +11,12 @@ claims to know the output's (nnz, is01), it must be what the output itself holds
 (count_nonzero, all 0 or 1); and the twins decide alike: the compiled rule gives what the
 Python rule gives, or leaves the decision to it ("python": the record sends a large output to
 the Python path). The same cases are then captured through each record, whose tensors rows
-must hold the same truth. One wrong claim both twins share is listed (KNOWN_WRONG) and held to
-stay exactly that until both rules are fixed.
+must hold the same truth.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
@@ -155,17 +153,6 @@ def _cases() -> dict[tuple[str, str], dict[str, tuple]]:
 _ARITHMETIC = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor"}
 CASES = _cases()
 
-# Both twins claim that -x (negated) and 0 - x (zero_operand) hold only 0 and 1 just when x is
-# all zeros; but an x of 0s and -1s negates to 0s and 1s, which they call not 0/1. The cases
-# that meet it (the negation of a "minus" operand), checked to be wrong in that one way, alike
-# in both, until both rules learn it (then this goes, and the test below says so).
-KNOWN_WRONG = re.compile(r"^(neg \S+ minus|sub \S+ tensor zeros( \S+)? minus)")
-
-
-def _known_wrong(name: str, claimed, expected) -> bool:
-    return bool(KNOWN_WRONG.match(name)) and claimed == (expected[0], False) and expected[1]
-
-
 def _decide(case) -> tuple:
     """(what the output holds, the Python rule's result, the compiled rule's) for one case."""
     op, args, kwargs, known = case
@@ -181,9 +168,9 @@ def test_both_rules_give_what_the_output_holds_and_decide_alike(group):
     wrong = []
     for name, case in CASES[group].items():
         expected, python, compiled = _decide(case)
-        if python is not None and python != expected and not _known_wrong(name, python, expected):
+        if python is not None and python != expected:
             wrong.append(f"{name}: the Python rule gives {python}, the output holds {expected}")
-        if isinstance(compiled, tuple) and compiled != expected and not _known_wrong(name, compiled, expected):
+        if isinstance(compiled, tuple) and compiled != expected:
             wrong.append(f"{name}: the compiled rule gives {compiled}, the output holds {expected}")
         if compiled != "python" and compiled != python:  # "python": it leaves the decision to the Python rule
             wrong.append(f"{name}: the compiled rule gives {compiled}, the Python rule {python}")
@@ -205,17 +192,6 @@ def test_each_rule_applies_somewhere_in_both():
     assert claimed["aten.mul.Tensor"][2] > 0  # a 0/1 x times a number: its rounding is the Python rule's
 
 
-def test_the_known_wrong_cases_are_still_wrong():
-    # When both rules are fixed, KNOWN_WRONG and _known_wrong go: this fails to say so.
-    met = []
-    for group in CASES.values():
-        for name, case in group.items():
-            expected, python, compiled = _decide(case)
-            if KNOWN_WRONG.match(name) and _known_wrong(name, python, expected) and compiled == python:
-                met.append(name)
-    assert any(name.startswith("neg ") for name in met) and any(name.startswith("sub ") for name in met), met
-
-
 def _capture_outputs(path, monkeypatch, slow: str, cases: list[tuple]) -> tuple[list, int]:
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, slow)
     with Recorder(path) as recorder:
@@ -231,14 +207,13 @@ def _capture_outputs(path, monkeypatch, slow: str, cases: list[tuple]) -> tuple[
 
 def test_each_record_writes_the_outputs_statistics(tmp_path, monkeypatch):
     # The cases captured through the compiled record and through the Python one: every output's
-    # row holds what the output holds, whichever rule (or scan) gave it (a KNOWN_WRONG case: what
-    # both rules claim).
+    # row holds what the output holds, whichever rule (or scan) gave it.
     named = [(name, case) for group in CASES.values() for name, case in group.items() if "unknown" not in name]
     cases = [case for _, case in named]
     expected = []
     for name, case in named:
-        held, python, _ = _decide(case)
-        expected.append((str(case[0]), *(python if _known_wrong(name, python, held) else held)))
+        held, _, _ = _decide(case)
+        expected.append((str(case[0]), *held))
     compiled, taken = _capture_outputs(tmp_path / "compiled", monkeypatch, "", cases)
     python, none_taken = _capture_outputs(tmp_path / "python", monkeypatch, "native_record", cases)
     assert taken > len(cases) // 2 and none_taken == 0

@@ -53,9 +53,19 @@ def binary_cast(args, kwargs, out, known: Known):
     return stats if stats is not None and stats[1] else None
 
 
+def negation_of(stats):
+    """-x's (nnz, is01) from x's: the same nonzeros; all zeros stay 0/1, a 0/1 x with a one
+    becomes 0/-1 (not 0/1); otherwise unknown (None): an x of 0s and -1s negates to 0/1."""
+    if stats is None:
+        return None
+    nnz, is01 = stats
+    if nnz == 0:
+        return (0, True)
+    return (nnz, False) if is01 else None
+
+
 def negated(args, kwargs, out, known: Known):
-    stats = known(args[0])
-    return None if stats is None else (stats[0], stats[0] == 0)
+    return negation_of(known(args[0]))
 
 
 def _finite_number(value) -> bool:
@@ -118,8 +128,8 @@ def scalar_arithmetic(op: str):
 def zero_operand(op: str):
     """a + b or a - b where one tensor operand is all zeros (nnz 0), alpha 1, and the other
     already has the output's shape and dtype (no broadcast, no promotion): a + 0 and a - 0
-    are a exactly (see _IDENTITY_SCALARS), 0 + b is b, and 0 - b = -b has b's zeros and
-    nonzeros (also when an unsigned dtype wraps) and holds only 0 and 1 when it is all zeros."""
+    are a exactly (see _IDENTITY_SCALARS), 0 + b is b, and 0 - b = -b (negation_of: b's zeros
+    and nonzeros, also when an unsigned dtype wraps)."""
     negates = op == "aten.sub.Tensor"
 
     def rule(args, kwargs, out, known: Known):
@@ -131,7 +141,7 @@ def zero_operand(op: str):
             return a_stats
         if a_stats is not None and a_stats[0] == 0 and b.dtype == out.dtype and b.shape == out.shape \
                 and b_stats is not None:
-            return (b_stats[0], b_stats[0] == 0) if negates else b_stats
+            return negation_of(b_stats) if negates else b_stats
         return None
 
     return rule

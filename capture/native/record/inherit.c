@@ -34,7 +34,7 @@ static int concatenated(const Operand *operands, int n, PyObject *out, Inheritan
     return inherit->source_stats == NULL ? -1 : 0;
 }
 
-/* binary_cast (a 0/1 operand's statistics) and negated ((nnz, nnz == 0) of any operand's). */
+/* binary_cast (a 0/1 operand's statistics) and negated (negation_of the operand's). */
 static int cast_or_negated(int propagation, const Operand *x, Inheritance *inherit) {
     PyObject *source = x != NULL ? x->stats : NULL;
     if (source == NULL || (propagation != PROPAGATE_NEGATE && PyTuple_GET_ITEM(source, 1) != Py_True)) return 0;
@@ -43,10 +43,9 @@ static int cast_or_negated(int propagation, const Operand *x, Inheritance *inher
         inherit->source_stats = Py_NewRef(source);
         return 0;
     }
-    long long nnz = PyLong_AsLongLong(PyTuple_GET_ITEM(source, 0));
-    if (nnz == -1 && PyErr_Occurred()) return -1;
-    inherit->source_stats = stats_tuple(nnz, nnz == 0 ? Py_True : Py_False);
-    return inherit->source_stats == NULL ? -1 : 0;
+    inherit->source_stats = negation_of(source);
+    if (inherit->source_stats == NULL) return PyErr_Occurred() ? -1 : 0;
+    return 0;
 }
 
 /* The arithmetic rules and 1 - x (record/rules.c): x the first argument, `other` the second

@@ -80,10 +80,21 @@ static int with_zeros(int propagation, PyObject *args, PyObject *kwargs, const O
     if (a->stats != NULL && nnz_of(a->stats) == 0 && b->stats != NULL) {
         if ((r = same_kind(b, out)) != RULE_APPLIES) return r;
         if (propagation == PROPAGATE_ADD) return give(stats, Py_NewRef(b->stats));
-        long long nnz = nnz_of(b->stats); /* 0 - b = -b: b's nonzeros, 0/1 only when all zero */
-        return give(stats, stats_tuple(nnz, nnz == 0 ? Py_True : Py_False));
+        PyObject *negated = negation_of(b->stats); /* 0 - b = -b */
+        if (negated == NULL) return PyErr_Occurred() ? -1 : RULE_NO;
+        return give(stats, negated);
     }
     return PyErr_Occurred() ? -1 : RULE_NO;
+}
+
+/* -x's (nnz, is01) from x's, a new reference (capture/tensors/propagation.py negation_of):
+ * the same nonzeros; all zeros stay 0/1, a 0/1 x with a one becomes 0/-1; NULL without an
+ * error where it is unknown (an x of 0s and -1s negates to 0/1). */
+PyObject *negation_of(PyObject *stats) {
+    long long nnz = nnz_of(stats);
+    if (nnz == -1 && PyErr_Occurred()) return NULL;
+    if (nnz == 0) return stats_tuple(0, Py_True);
+    return PyTuple_GET_ITEM(stats, 1) == Py_True ? stats_tuple(nnz, Py_False) : NULL;
 }
 
 /* rsub(x, 1) = 1 - x of a 0/1 x (one_minus_binary): 0/1 again, zeros and ones swapped. */

@@ -26,6 +26,10 @@ typedef struct {
 
 enum { RULE_NO = 0, RULE_APPLIES = 1, RULE_UNSURE = 2 };
 
+/* record/rules.c: -x's (nnz, is01) from x's (propagation.py negation_of), a new reference, or
+ * NULL (without an error where it is unknown). */
+PyObject *negation_of(PyObject *stats);
+
 /* record/inherit.c: what the output `out` of an op whose rule is `propagation` inherits from
  * its `n` tensor operands (in argument order) into *inherit: 0, or -1 with an exception set. */
 int output_inheritance(int propagation, PyObject *args, PyObject *kwargs, const Operand *operands, int n,
