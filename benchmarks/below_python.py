@@ -3,7 +3,7 @@
     python benchmarks/below_python.py [--rounds 9] [--workloads spikformer,transformer]
 
 The floor of any Python TorchDispatchMode (a bare pass-through mode: 1.36-1.40x a plain step on
-the Spikformer and the 2-layer TransformerEncoder here) is above what issue 14 allows the
+the Spikformer and the 2-layer TransformerEncoder here) is above what the capture overhead target allows the
 whole capture on them (1.5x) once a record per op is paid. The one mechanism torch offers
 below Python for every op is the RecordFunction observer torch.profiler is built on. This
 benchmark compiles one (benchmarks/cpp/record_function_observer.cpp, with

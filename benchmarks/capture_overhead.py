@@ -34,7 +34,7 @@ ResNet-18, 32x32), spikformer (a small Spikformer: conv stem, spiking self-atten
 bmm), transformer (a 2-layer nn.TransformerEncoder): benchmarks/workloads.py. spiketrace runs
 at both statistics levels (value_statistics="full" and "synaptic").
 
-Targets (issue 14): full capture <= 1.3x plain on the conv workloads, <= 1.8x on the MLP,
+Targets: full capture <= 1.3x plain on the conv workloads, <= 1.8x on the MLP,
 <= 1.5x on resnet18, spikformer and transformer; >= 100k events/s on tiny ops (70% of the
 pass-through rate), flat to 1M events; <= 300 B of RSS per buffered event. (Issue 2) <= 32
 B/event on disk. (Issue 10) unrecorded steps <= 1.10x plain; the writer's estimate within 2x

@@ -1,5 +1,5 @@
 """The same filters (--stage --phase --step --rank --module) and --format choices on every
-command that reads a trace (issue 15, item 10), checked by running the installed `spiketrace`
+command that reads a trace, checked by running the installed `spiketrace`
 as a user does, on a trace of two ranks and two training steps (stages forward, backward,
 optimizer and eval, whose phase is forward).
 

@@ -1,5 +1,5 @@
 """Capturing into, and reading from, directories someone prepared with links and special files
-(issue 11): nothing outside the trace is touched (a victim directory's checksums are equal
+nothing outside the trace is touched (a victim directory's checksums are equal
 before and after), capture refuses with a one-line TracePathError naming what it found, and
 the analysis refuses links inside a trace instead of following them into another one."""
 

@@ -1,4 +1,4 @@
-"""The CLI side of trace integrity (issue 11): `--run` picks a capture run where a directory
+"""The CLI side of trace integrity: `--run` picks a capture run where a directory
 holds several, `--no-verify` skips the checksums, `validate` names file, column and row,
 `compact` merges small parts without changing a number."""
 

@@ -1,4 +1,4 @@
-"""Output order is fixed (issue 15, item 6): every command prints the same bytes when run
+"""Output order is fixed: every command prints the same bytes when run
 twice, and the presentation orders rows by their keys whatever order the engine returned them
 in: counts counted in one chunk or in many (the threaded engine, chunks prefetched by a worker
 thread) print identically, and every energy model lists stages in running order."""

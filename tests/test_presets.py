@@ -114,7 +114,7 @@ def test_an_unknown_override_blames_the_users_key_and_suggests_the_fix():
     assert "did you mean e_mac_pj" in message and ".toml" not in message
 
 
-# --- strict presets (issue 11): ranges, required keys, choices, strict units, all problems at once ---
+# --- strict presets: ranges, required keys, choices, strict units, all problems at once ---
 
 NEUROMC = (PRESET_DIR / "neuromc-like-v1.toml").read_text()
 

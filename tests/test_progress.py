@@ -1,4 +1,4 @@
-"""Progress bars (issue 15, item 10): the long commands draw one on a terminal, and never into
+"""Progress bars: the long commands draw one on a terminal, and never into
 a pipe or a file, so captured output holds no carriage-return frames (tqdm's disable=None).
 
 On a terminal is checked under a pseudo-terminal (python's pty module) with a window size

@@ -16,8 +16,8 @@ ANALYZE prints). From that tree, per statement:
 
 Asserted: each statement's output stays within 4x its input, and from N to 4N steps both its
 output and its pairs grow about linearly (at most 6x; a join on rank alone grows 16x). Row
-counts, never timings: the test cannot flake on a busy machine. (The code before issue 13
-fails it for compute, neuromc, lemaire and spikesim.)
+counts, never timings: the test cannot flake on a busy machine. (An analysis joining the
+events on rank alone fails it.)
 """
 
 from __future__ import annotations

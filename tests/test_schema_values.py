@@ -1,6 +1,6 @@
 """Capture and validation agree on one schema: every value capture writes for sparse tensors,
 inference tensors and non-finite scalar arguments is one the schema documents, the
-plausibility rules accept and the counters read (issue 34).
+plausibility rules accept and the counters read.
 
 The values, as schemas/tables.py documents them:
 * a sparse tensor (COO, CSR: a non-strided layout) has no strides and no storage: `stride`

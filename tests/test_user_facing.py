@@ -1,4 +1,4 @@
-"""What a user sees (issue 15): the default model suits the trace and says its scope, the
+"""What a user sees: the default model suits the trace and says its scope, the
 report says what it could not cost, plots leave the user's matplotlib alone. CLI tests run
 the installed `spiketrace` in a subprocess, as a user does."""
 

@@ -1,4 +1,4 @@
-"""Seeded fuzz of the capture as a guest (issue 34): tensor kinds x op chains x capture settings.
+"""Seeded fuzz of the capture as a guest: tensor kinds x op chains x capture settings.
 
 tests/guest/programs/fuzz_tensor_kinds.py draws, from a seed, cases of a tensor kind (strided
 views, stride-0, channels_last, zero-size, 0-d, every dtype, conj and neg views, sparse, nested,

@@ -1,4 +1,4 @@
-"""What the commands print, whatever a trace holds (issue 11): terminal text without control
+"""What the commands print, whatever a trace holds: terminal text without control
 characters from the data, JSON without NaN or Infinity, and `spiketrace sql` spilling into a
 capped temp folder of its own that is gone afterwards."""
 

@@ -1,4 +1,4 @@
-"""Hypothesis-driven mutations of the shipped presets (issue 11): every malformed preset is
+"""Hypothesis-driven mutations of the shipped presets: every malformed preset is
 refused with a PresetError whose lines each name the file (or the override) and one names
 the key; a mutation that keeps the preset's meaning (an equivalent unit, keys left to an
 `inherits` parent) loads with the numbers unchanged. No other outcome: no other exception

@@ -1,4 +1,4 @@
-"""Hypothesis-driven mutations of a real trace and its directory (issue 11), each run through
+"""Hypothesis-driven mutations of a real trace and its directory, each run through
 what the four trace commands do (info, validate, counts, energy) in this process.
 
 Every mutation must end in one of two outcomes:

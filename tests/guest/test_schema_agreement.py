@@ -1,5 +1,5 @@
 """What capture writes for sparse tensors, inference tensors and non-finite scalar arguments
-is what the schema documents and validation accepts (issue 34), run as a user's script, on
+is what the schema documents and validation accepts, run as a user's script, on
 the compiled record path and on the Python one."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A reader that opens a trace again and again while a capture writes it sees a consistent
-snapshot every time (issue 11): only committed flushes are read, so `validate` is clean on
+snapshot every time: only committed flushes are read, so `validate` is clean on
 every snapshot (no dangling reference from a flush half written), and the snapshots grow.
 At close the capture compacts its small parts: a reader holding the list from before may
 find a part gone, and is told the trace changed (TraceChangedError), never given rows of

@@ -1,4 +1,4 @@
-"""Seeded fuzz of tensor kinds x ops (issue 34): a script that builds a tensor of a drawn kind
+"""Seeded fuzz of tensor kinds x ops: a script that builds a tensor of a drawn kind
 and applies a drawn chain of one to three ops, case after case, in one open recording.
 
 Environment:
