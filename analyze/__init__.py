@@ -10,9 +10,12 @@
         analysis.energy("neuromc", "my-chip.toml")       # re-costed, not re-mapped
     many.count(["runs/seed=0", "runs/seed=1"]).totals_by_trace()   # several traces, added up and each
 
-Every function that takes a trace also takes its path. The pipeline, one room each: trace/
-(open, check, views) -> counters/ and energy/ (activity) -> presets/ (what each action costs)
--> results.py (Analysis: computed once) -> present/ (tables, plots, report, diff) -> cli/.
+Every function that takes a trace also takes its path. The pipeline, one room each, a room
+importing only the rooms before it (tests/test_layout.py): trace/ (open, check, views) ->
+neurons.py (which modules are neurons) -> counters/ (activity) -> presets/ (what each action
+costs) -> energy/ (activity x preset) -> many/ (several traces) -> results.py (Analysis:
+computed once) -> present/ (tables, plots, report, diff) -> cli/; progress.py (the bars of
+long commands) comes before them all.
 
 The names below are imported on first use (PEP 562), so `import spiketrace.analyze.cli` stays light.
 """

@@ -4,7 +4,7 @@ on a LocalCluster of 2 worker processes. Run from analysis_throughput.py:
 
     python benchmarks/analysis_throughput.py --sizes "" --engines 4x100000 [--no-online]
 
-1. The captured steps are tiled (analysis_throughput.build) into RANKS ranks of at least EVENTS
+1. The captured steps are tiled (tiling.build) into RANKS ranks of at least EVENTS
    events each, one trace; it is copied COPIES times (the traces of a sweep).
 2. Per command and engine, in a child process of its own: spiketrace.analyze.many.count (all five
    counters) or spiketrace.analyze.many.energy(model) over every copy; for dask on a fresh LocalCluster
@@ -95,7 +95,7 @@ def equal(a: dict, b: dict) -> bool:
 def build_copies(source: Path, scratch: Path, shape: str, part_events: int) -> tuple[list[str], int, int]:
     """COPIES copies of one trace of RANKS ranks of at least EVENTS events each (`shape` RANKSxEVENTS)."""
     from spiketrace.analyze import open_trace
-    from benchmarks.analysis_throughput import build
+    from benchmarks.tiling import build
 
     ranks, events = (int(v) for v in shape.lower().split("x"))
     first = scratch / "copy=0"

@@ -1,7 +1,7 @@
 """The layout docs/design.md draws: one package `spiketrace` whose parts are the repository's
-top-level folders, capture/ in rooms along the record path that import only rooms below
-them, no import cycles, modules that fit on a few screens, a small analyze/ top level without
-prefix families of modules."""
+top-level folders, capture/ in rooms along the record path and analyze/ in rooms along the
+analysis pipeline, each importing only rooms below it, no import cycles, modules that fit on a
+few screens, a small analyze/ top level without prefix families of modules."""
 
 from __future__ import annotations
 
@@ -181,3 +181,68 @@ def test_the_package_list_names_every_folder():
                for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")}
     assert set(config["packages"]) == folders
     assert config["package-dir"] == {f"spiketrace.{package}": package for package in PACKAGES}
+
+
+# analyze/'s rooms along the analysis pipeline, highest first: a module imports (at run time,
+# inside a function too) only modules of its own room or of rooms below it. A trace is opened
+# (trace/); counters and energy models turn it into activity, reading which modules are
+# neurons (neurons.py), and presets (data) price the activity (energy/ = activity x preset);
+# many/ evaluates several traces the way one is; results.py computes each result of one trace
+# once; present/ shows results and cli/ wires commands to them. progress.py (the terminal bars
+# of long commands, used from counting up) sits below them all. The package's __init__ imports
+# none of its rooms (its public names are loaded lazily, by name).
+ANALYZE_ROOMS = ("cli", "present", "results", "many", "energy", "presets", "counters", "neurons", "trace", "progress")
+
+
+def _analyze_room(module: str) -> str | None:
+    """The room of a spiketrace.analyze module; a public name of the package
+    (`from spiketrace.analyze import Analysis`) is in the room of the module it comes from."""
+    parts = module.split(".")
+    if parts[:2] != ["spiketrace", "analyze"] or len(parts) < 3:
+        return None
+    if parts[2] in ANALYZE_ROOMS:
+        return parts[2]
+    import spiketrace.analyze
+
+    source = spiketrace.analyze._PUBLIC.get(parts[2])
+    return _analyze_room(source[0]) if source else None
+
+
+def _upward_imports(modules: dict[str, Path]) -> list[str]:
+    rank = {room: len(ANALYZE_ROOMS) - i for i, room in enumerate(ANALYZE_ROOMS)}
+    upward = []
+    for name, path in modules.items():
+        room = _analyze_room(name)
+        if room is None:
+            continue
+        for target in sorted(_runtime_imports(path)):
+            other = _analyze_room(target)
+            if other is not None and rank[other] > rank[room]:
+                upward.append(f"{name} ({room}) imports {target} ({other})")
+    return upward
+
+
+def test_the_room_check_sees_imports_inside_functions(tmp_path):
+    (tmp_path / "engine.py").write_text("def run():\n    from spiketrace.analyze.present.units import human\n")
+    (tmp_path / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                       "    from spiketrace.analyze.results import Analysis\n")
+    (tmp_path / "public.py").write_text("from spiketrace.analyze import Analysis\n")
+    modules = {"spiketrace.analyze.counters.engine": tmp_path / "engine.py",
+               "spiketrace.analyze.counters.typed": tmp_path / "typed.py",
+               "spiketrace.analyze.energy.public": tmp_path / "public.py"}
+    assert _upward_imports(modules) == [
+        "spiketrace.analyze.counters.engine (counters) imports spiketrace.analyze.present.units (present)",
+        "spiketrace.analyze.counters.engine (counters) imports spiketrace.analyze.present.units.human (present)",
+        "spiketrace.analyze.energy.public (energy) imports spiketrace.analyze.Analysis (results)"]
+
+
+def test_analyze_rooms_import_only_rooms_below_them():
+    upward = _upward_imports(module_files())
+    assert not upward, upward
+
+
+def test_analyze_is_only_rooms():
+    """Every module of analyze/ is in a room: a folder, or one of the few top-level modules."""
+    modules = {p.stem for p in (ROOT / "analyze").glob("*.py")} - {"__init__"}
+    folders = {p.name for p in (ROOT / "analyze").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules | folders == set(ANALYZE_ROOMS) and not modules & folders, (modules, folders)

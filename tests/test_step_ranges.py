@@ -1,7 +1,7 @@
 """NeuroMC maps a large trace a piece at a time on the default path (energy(trace, "neuromc"),
 Analysis, `spiketrace energy TRACE`): ranks packed, a large rank a range of steps at a time
-(analyze/many/steps.py record_shards, shown_in_ranges), and gives the activity and report of
-the trace mapped whole.
+(analyze/trace/step_ranges.py record_shards, shown_in_ranges), and gives the activity and
+report of the trace mapped whole.
 
 Traces: two ranks of three training steps (tests/training_runs.py, SGD with momentum), and one
 rank trained with RMSprop, an optimizer NeuroMC has no model for (a refusal and uncosted
@@ -22,11 +22,11 @@ from click.testing import CliRunner
 from spikingjelly.activation_based import functional
 from torch import nn
 
-import spiketrace.analyze.many.shards
+import spiketrace.analyze.trace.step_ranges
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.cli import main
 from spiketrace.analyze.energy import energy, map_activity, recost
-from spiketrace.analyze.many.steps import record_shards
+from spiketrace.analyze.trace.step_ranges import record_shards
 from spiketrace.capture import Recorder
 from tests.training_runs import batches, build, record_ranks
 
@@ -147,9 +147,9 @@ def test_the_command_line_prints_the_whole_mapping(traces, monkeypatch, output):
     """`spiketrace energy TRACE` maps one trace in pieces past SHARD_EVENTS events, as printed
     whole (the table's values are rounded, csv and json compared to 1e-9)."""
     arguments = ["energy", traces["training"], "--model", "neuromc", *output]
-    monkeypatch.setattr(spiketrace.analyze.many.shards, "SHARD_EVENTS", WHOLE)
+    monkeypatch.setattr(spiketrace.analyze.trace.step_ranges, "SHARD_EVENTS", WHOLE)
     whole = CliRunner().invoke(main, arguments)
-    monkeypatch.setattr(spiketrace.analyze.many.shards, "SHARD_EVENTS", 1)
+    monkeypatch.setattr(spiketrace.analyze.trace.step_ranges, "SHARD_EVENTS", 1)
     pieces = CliRunner().invoke(main, arguments)
     assert whole.exit_code == pieces.exit_code == 0, pieces.output
     assert pieces.stderr == whole.stderr

@@ -1,5 +1,5 @@
-"""Step-range shards (analyze/many/steps.py): a rank evaluated a range of recorder steps at a
-time adds up to the rank evaluated whole, for the counters and models that say so
+"""Step-range shards (analyze/trace/step_ranges.py): a rank evaluated a range of recorder steps
+at a time adds up to the rank evaluated whole, for the counters and models that say so
 (STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS), in process and on a Dask cluster.
 
 Traces: two ranks of three training steps (tests/training_runs.py: forward, backward, an SGD
@@ -21,7 +21,7 @@ from spiketrace.analyze.counters import ALL_COUNTERS, COUNTERS, count
 from spiketrace.analyze.energy import energy
 from spiketrace.analyze.many import STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, add_counter_results
 from spiketrace.analyze.many.shards import CountWork, EnergyWork, Shard, evaluate_shard, plan_shards
-from spiketrace.analyze.many.steps import restrict, step_bounds, step_ranges
+from spiketrace.analyze.trace.step_ranges import restrict, step_bounds, step_ranges
 from spiketrace.capture import Recorder
 from tests.training_runs import batches, build, record_ranks
 

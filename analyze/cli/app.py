@@ -196,7 +196,7 @@ def trace_options(command):
     @click.option("--run", "run_id", metavar="ID", default=None,
                   help="Open only capture run ID (or a unique prefix of it) of a directory holding shards of several.")
     @click.option("--verify/--no-verify", default=True, show_default=True,
-                  help="Check every part's checksum on open (1.6-2 s per GB); --no-verify for a trace you trust.")
+                  help="Check every part's checksum on open (it reads every byte); --no-verify for a trace you trust.")
     @functools.wraps(command)
     def with_trace_options(*args, run_id, verify, **kwargs):
         from spiketrace.analyze.trace.reader import open_defaults

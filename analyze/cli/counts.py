@@ -10,13 +10,14 @@ import click
 
 from spiketrace.analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces)
-from spiketrace.analyze.present.safe_text import json_text
 from spiketrace.analyze.counters import count, load_rules, neurobench
 from spiketrace.analyze.counters.user_rules import RuleError
-from spiketrace.analyze.present import counts as counts_view
-from spiketrace.analyze.present.health import recompute_note, recomputed_events
 from spiketrace.analyze.many.traces import find_traces
+from spiketrace.analyze.present import counts as counts_view
+from spiketrace.analyze.present.health import recompute_note
+from spiketrace.analyze.present.safe_text import json_text
 from spiketrace.analyze.trace import open_trace
+from spiketrace.analyze.trace.facts import module_classes, recomputed_events
 
 
 class Fraction(click.ParamType):
@@ -121,7 +122,7 @@ def _one_trace(trace_path, names, selection, options, view, depth, top, output_f
             if output_format == "json":
                 text = json_text(document, indent=1)
             else:
-                modules = counts_view.module_classes(trace)
+                modules = module_classes(trace)
                 text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
                 text += f"\n\n{per_sample[1]}" if per_sample else ""
             _write_text(text, out)

@@ -30,7 +30,7 @@ def demo(out: str, output_format: str, force: bool) -> None:
     spiketrace counts OUT --phase backward, spiketrace energy OUT --by stage --step 0.
 
     Example: spiketrace demo /tmp/spiketrace-demo --force"""
-    from spiketrace.analyze.present.progress import steps
+    from spiketrace.analyze.progress import steps
 
     _make_room(Path(out), force)
     try:

@@ -17,14 +17,16 @@ from spiketrace.analyze.energy import list_presets, load_preset, read_preset_fil
 from spiketrace.analyze.cli.app import (_table, _warn, emit_frame, emit_text, engine_options, main, model_option, output_options,
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces,
                              warnings_to_stderr)
-from spiketrace.analyze.present.safe_text import json_text, safe_line
-from spiketrace.analyze.present.counts import module_classes, short_class
+from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import recompute_default
-from spiketrace.analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json, total_of
-from spiketrace.analyze.present.health import recompute_note, recomputed_events
-from spiketrace.analyze.present.units import UNIT_CHOICES, format_energy
 from spiketrace.analyze.many.traces import find_traces
+from spiketrace.analyze.present.counts import short_class
+from spiketrace.analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json
+from spiketrace.analyze.present.health import recompute_note
+from spiketrace.analyze.present.safe_text import json_text, safe_line
+from spiketrace.analyze.present.units import UNIT_CHOICES, format_energy
 from spiketrace.analyze.results import Analysis
+from spiketrace.analyze.trace.facts import module_classes, recomputed_events
 
 
 def _headline_values(frame):
@@ -38,7 +40,7 @@ def _headline_values(frame):
 
 def _progress(items):
     """A bar over the presets costed, on a terminal only (tqdm's disable=None)."""
-    from spiketrace.analyze.present.progress import each
+    from spiketrace.analyze.progress import each
 
     return each(items, "presets", "preset")
 

@@ -35,7 +35,7 @@ def plot(trace_path, kind, selection, out, model, preset, recost_path, x_key, y_
 
     Example: spiketrace plot runs/step energy --out energy.png; spiketrace plot runs/step spikes --rank 0 --out s.png"""
     from spiketrace.analyze.present import plots
-    from spiketrace.analyze.present.progress import steps
+    from spiketrace.analyze.progress import steps
 
     if kind in ("sweep", "sweep-heatmap") and selection:
         raise click.UsageError(f"{kind} draws a recost result: select the work when running `spiketrace recost` "

@@ -34,6 +34,7 @@ from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.analyze.counters.totals import reducer, totals_frame
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.analyze.counters.user_rules import USER_RULES
+from spiketrace.analyze.progress import each
 
 COMPAT_MODES = (None, "spikingjelly")
 
@@ -196,9 +197,7 @@ class _Plan:
         about as much as running it on a chunk, so one of few events is evaluated once for
         many chunks. `reduce`, when given, turns each pass's sums into what is kept (so what is
         kept stays small when the passes group by more than is reported). `progress`: a bar
-        over the chunks on a terminal (analyze/present/progress.py)."""
-        from spiketrace.analyze.present.progress import each
-
+        over the chunks on a terminal (analyze/progress.py)."""
         ticks = iter(each(range(len(chunks)), "counting", "chunk", enabled=progress and len(chunks) > 1))
         builder = OpFactsBuilder(con.cursor(), self.readers, self.ops, group_by, self.json_reads)
         pending: dict[int, list[pa.Table]] = {number: [] for number in range(len(self.parts))}

@@ -8,8 +8,12 @@
         sweep = recost(trace, "compute", sweep={"e_mac_pj": [0.5, 1.0, 4.6]})
 
 Each model is a module with MODEL, PRESET_UNITS, Costs.from_values, activity(trace, ...) and
-cost(activity, costs); see analyze/energy/compute.py for the smallest one. `recost` maps
-the trace once and costs it under every preset, so N presets cost N cheap costings.
+cost(activity, costs); see analyze/energy/compute.py for the smallest one. The larger models
+are packages of one shape: mapper.py (Activity, activity), costs.py (Costs, PRESET_UNITS),
+report.py (Report, cost), sweep.py (SWEEPABLE, sweep_totals: a sweep costed in bulk), and an
+__init__ that re-exports them. Every report's to_frame() is the tidy frame of breakdown.py.
+`recost` maps the trace once and costs it under every preset, so N presets cost N cheap
+costings.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from spiketrace.analyze.counters import COUNTERS, _ignore_names, _where
 from spiketrace.analyze.counters.engine import count_events
 from spiketrace.analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES, with_totals
 from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 
 MODEL = "compute"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ", "e_memory_pj_per_byte": "pJ/byte"}
@@ -110,14 +111,13 @@ class Report:
     model_info: dict[str, Any] = field(default_factory=lambda: dict(MODEL_INFO))
 
     def to_frame(self) -> pd.DataFrame:
-        rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
-        rows += [("component", k, v, None) for k, v in self.breakdown_pj.items()]
-        rows += [("stage", k, v, None) for k, v in self.energy_by_stage.items()]
-        rows += [("step", k, v, None) for k, v in self.energy_by_step.items()]
-        rows += [("rank", k, v, None) for k, v in self.energy_by_rank.items()]
-        rows += [("module", k, v, None) for k, v in self.energy_by_module.items()]
-        rows += [("count", k, None, v) for k, v in self.counts.items()]
-        return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
+        """Tidy rows (analyze/energy/breakdown.py): total, component, stage, step, rank, module, count."""
+        return breakdown_frame(
+            section("total", {"energy_total_pj": self.energy_total_pj}),
+            *(section(name, values) for name, values in (
+                ("component", self.breakdown_pj), ("stage", self.energy_by_stage), ("step", self.energy_by_step),
+                ("rank", self.energy_by_rank), ("module", self.energy_by_module))),
+            section("count", self.counts, "count"))
 
     def to_json(self) -> dict:
         document = asdict(self)

@@ -15,13 +15,13 @@ A trace argument is a trace directory or a directory of trace directories (trace
 trace is evaluated as spiketrace.analyze.counters.count / spiketrace.analyze.energy.energy / spiketrace.analyze.energy.recost
 evaluate one trace; the results are added (combine.py). Their memory follows a part of the
 trace, not the trace: the counters and compute stream it, NeuroMC maps a trace of more than
-`shard_events` events a piece at a time (ranks, and a larger rank's step ranges: steps.py),
-and work that adds up over shards but does neither is evaluated shard by shard (shards.py).
-engine="dask" (the
-`cluster` extra) runs the same evaluation per (trace, rank) shard, or (trace, rank, step
-range), on a Dask cluster, given as `client=`, a scheduler address (`scheduler=`) or a
-LocalCluster of `workers=` processes, and adds the shards' results: equal to the in-process
-engine's (engines.py; which models add up over ranks and over steps: combine.py).
+`shard_events` events a piece at a time (ranks, and a larger rank's step ranges:
+analyze/trace/step_ranges.py), and work that adds up over shards but does neither is
+evaluated shard by shard (shards.py). engine="dask" (the `cluster` extra) runs the same
+evaluation per (trace, rank) shard, or (trace, rank, step range), on a Dask cluster, given as
+`client=`, a scheduler address (`scheduler=`) or a LocalCluster of `workers=` processes, and
+adds the shards' results: equal to the in-process engine's (engines.py; which models add up
+over ranks and over steps: combine.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from spiketrace.analyze.counters.result import CounterResult
+from spiketrace.analyze.energy.breakdown import TOTAL_KEYS, total_of
 from spiketrace.analyze.many.traces import TraceFacts, modules_of
-from spiketrace.analyze.present.energy_table import TOTAL_KEYS, total_of
 
 # Models whose report rows, summed over a trace's ranks, equal the report of the whole trace.
 # lemaire is not: its qualia convention pools spike rates over every call of every rank, and its
@@ -27,8 +27,8 @@ from spiketrace.analyze.present.energy_table import TOTAL_KEYS, total_of
 # the network once, whatever the number of ranks. Those two are evaluated whole trace by whole trace.
 RANK_ADDITIVE_MODELS = ("compute", "neuromc")
 # Of those, the models and counters whose numbers, summed over the step ranges of a rank
-# (steps.py), equal the rank's (tests/test_step_shards.py): every fragment, op and module call
-# is one step's. neuron_state is not among them: it replays which storages hold neuron state
+# (analyze/trace/step_ranges.py), equal the rank's (tests/test_step_shards.py): every
+# fragment, op and module call is one step's. neuron_state is not among them: it replays which storages hold neuron state
 # along the op stream, and a neuron not reset between steps carries its state (snapshots and
 # state-writing outputs of an earlier step) into the next.
 STEP_ADDITIVE_MODELS = ("compute", "neuromc")

@@ -23,6 +23,7 @@ import logging
 import os
 
 from spiketrace.analyze.many.shards import evaluate_shard, evaluate_trace, plan
+from spiketrace.analyze.progress import each
 from spiketrace.analyze.trace import TraceError
 
 ENGINES = ("in-process", "dask")
@@ -37,8 +38,6 @@ class InProcessEngine:
     """Each trace evaluated here, one after another: whole, or shard after shard when large."""
 
     def run(self, work, labels: list[str], progress: bool = False) -> list[tuple]:
-        from spiketrace.analyze.present.progress import each
-
         shown = each(labels, "traces", "trace", enabled=progress and len(labels) > 1)
         results = [evaluate_trace(work, label) for label in shown]
         work.agreed([facts for facts, _ in results])

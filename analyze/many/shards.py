@@ -5,8 +5,8 @@ spiketrace.analyze.energy.recost).
 A work object holds the question (counters, or model and presets, and their options) and how
 to open traces (run=, verify=; a cluster worker has no CLI context to take them from). A shard
 is what one evaluation reads: the whole trace, some of its ranks (`open_trace(path, ranks=...)`),
-or a range of steps of one rank (steps.py), chosen by `plan_shards` from the events each rank
-holds (the part footers tell, without reading). The module-level functions are the tasks: `plan`
+or a range of steps of one rank (analyze/trace/step_ranges.py), chosen by `plan_shards` from
+the events each rank holds (the part footers tell, without reading). The module-level functions are the tasks: `plan`
 reads a whole trace's facts and its shards, `evaluate_shard` answers the question for a shard,
 `evaluate_trace` for a whole trace, shard by shard when it is large. Everything they return is
 small: counts per scope and op, a report's rows.
@@ -24,22 +24,16 @@ from spiketrace.analyze.energy import ModelScopeWarning, energy, load_preset, mo
 from spiketrace.analyze.energy.scopes import scope_warnings
 from spiketrace.analyze.many.combine import (RANK_ADDITIVE_MODELS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, EnergyPart,
                                   add_counter_results, add_energy_parts)
-from spiketrace.analyze.many.steps import restrict, step_bounds, step_ranges
 from spiketrace.analyze.many.traces import TraceFacts, read_facts
 from spiketrace.analyze.trace import TraceError, open_trace
+from spiketrace.analyze.trace.step_ranges import SHARD_EVENTS, restrict, step_bounds, step_ranges
 
-# Events one evaluation reads at most, where the work splits: a trace holding more is evaluated
-# rank by rank (ranks packed up to this many, in process), a rank holding more step range by
-# step range; NeuroMC's mapping cuts a trace so too (analyze/energy/neuromc, which reads this
-# number when it maps). NeuroMC peaks at about 350 MB over 1M events mapped whole, 620 MB over
-# a 10M-event rank mapped in 7 ranges of 1.43M.
-SHARD_EVENTS = 1_500_000
 # Evaluations that bound their own memory whatever the trace's size: the counters' engine
 # (which the compute model runs) streams a trace in chunks, NeuroMC maps a large one a piece
-# at a time and costs it once. In process they run whole, as shards would only repeat their
-# fixed cost (a 10M-event trace: compute 20 s whole, 31 s in 7 step ranges, the same 0.7 GB;
-# NeuroMC 35 s in its own 7 ranges, 49 s in 7 shards); a cluster still splits them, to spread
-# them over its workers. NeuroMC is told the shard size (`shard_events`) to cut its trace by.
+# at a time (SHARD_EVENTS, analyze/trace/step_ranges.py) and costs it once. In process they
+# run whole, as shards would only repeat their fixed cost without lowering their peak memory;
+# a cluster still splits them, to spread them over its workers. NeuroMC is told the shard size
+# (`shard_events`) to cut its trace by.
 SELF_BOUNDED_MODELS = ("compute", "neuromc")
 PIECEWISE_MODELS = ("neuromc",)  # those whose mapping takes shard_events
 

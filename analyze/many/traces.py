@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from spiketrace.analyze.present.counts import module_classes, trace_json
-from spiketrace.analyze.present.health import recomputed_events
 from spiketrace.analyze.trace import TraceError
+from spiketrace.analyze.trace.facts import module_classes, recomputed_events, trace_json
 from spiketrace.schemas.layout import MANIFEST_NAME, holds_manifest
 
 
@@ -63,7 +62,7 @@ class TraceFacts:
     document: dict  # path, schema_version, complete, ranks, events, Trace.health(): counts JSON's `trace` entry
     health: dict  # Trace.health(): degraded, compiled, compiled_seen, tracker_underflows
     warnings: list[str]  # the reader's
-    modules: pd.DataFrame  # scope, class_name, is_leaf, order (spiketrace.analyze.present.counts.module_classes)
+    modules: pd.DataFrame  # scope, class_name, is_leaf, order (analyze/trace/facts.py module_classes)
     recomputed_events: int  # events activation checkpointing recomputed
     model: str | None = None  # energy: the model this trace gets (named, the preset's, or its default)
     scope_warnings: list[str] = field(default_factory=list)  # energy: work outside the model's scope

@@ -49,8 +49,9 @@ from collections.abc import Mapping
 import pandas as pd
 
 from spiketrace.analyze.counters.result import CounterResult
-from spiketrace.analyze.present.units import human, human_bytes
 from spiketrace.analyze.present.safe_text import safe, safe_line
+from spiketrace.analyze.present.units import human, human_bytes
+from spiketrace.analyze.trace.facts import trace_json
 
 VIEWS = ("scope", "op", "stage", "module-type")
 # What each counter's values count: tables show bytes as bytes (B, KB, ...), the rest in K/M/G.
@@ -119,15 +120,6 @@ def short_class(class_name) -> str:
     return str(class_name).rsplit(".", 1)[-1]
 
 
-def module_classes(trace) -> pd.DataFrame:
-    """scope, class_name, is_leaf, order: each module's tracker scope name and its class."""
-    return trace.sql("""
-        SELECT coalesce(tracker_name, path) AS scope, any_value(class_name) AS class_name,
-               bool_and(is_leaf) AS is_leaf, min(module_id) AS "order"
-        FROM modules GROUP BY ALL ORDER BY "order"
-    """)
-
-
 def counts_json(result: CounterResult, trace, *, counters=None, selection=None) -> dict:
     """The documented JSON document (see the module docstring) of `result`.
 
@@ -137,18 +129,6 @@ def counts_json(result: CounterResult, trace, *, counters=None, selection=None) 
     if selection:
         document["selection"] = dict(selection)
     return document
-
-
-def trace_json(trace) -> dict:
-    """The document's `trace` entry: the opened trace's facts and what the capture said about itself."""
-    return {
-        "path": str(trace.path),
-        "schema_version": str(trace.schema_version),
-        "complete": bool(trace.complete),
-        "ranks": [int(r) for r in trace.ranks],
-        "events": int(trace.count("events")),
-        **trace.health(),
-    }
 
 
 def counters_json(result: CounterResult, counters=None) -> dict:
@@ -378,7 +358,7 @@ def table_text(
 
     by: "scope" (module tree down to `depth`, None = all), "op" (per counter the `top` ops at
     Global, "others", "total"; `top` also bounds the uncovered ops listed), "stage" (result counted with by=("stage",)) or "module-type"
-    (needs `modules` = module_classes(trace)). `modules` also orders the scope tree the way
+    (needs `modules` = module_classes(trace), analyze/trace/facts.py). `modules` also orders the scope tree the way
     the model registers its modules. `coverage`: counter -> fraction, shown when given."""
     names = counter_names(result) if counters is None else list(counters)
     if by == "scope":

@@ -8,16 +8,15 @@ unit is in the value, formatted by present/units.py.
 
 from __future__ import annotations
 
-import pandas as pd
-
 import re
 
+import pandas as pd
+
+from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import COMPONENT_PARENTS
 from spiketrace.analyze.present.counts import STAGE_ORDER
 from spiketrace.analyze.present.safe_text import safe_line
 from spiketrace.analyze.present.units import format_energy
-
-TOTAL_KEYS = ("energy_total_pj", "total_pj")
 
 
 def _natural(text) -> list:
@@ -57,10 +56,6 @@ def ordered_json(document: dict) -> dict:
             if isinstance(value, dict):
                 ordered[field] = {k: value[k] for k in sorted(value, key=order)}
     return ordered
-
-
-def total_of(frame: pd.DataFrame) -> float:
-    return float(frame.loc[frame["key"].isin(TOTAL_KEYS), "pj"].iloc[0])
 
 
 def energy_views(frame: pd.DataFrame) -> list[str]:

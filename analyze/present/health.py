@@ -19,6 +19,7 @@ do with it (`--recompute`): not a fault of the capture, but a choice the reader 
 from __future__ import annotations
 
 from spiketrace.analyze.energy.scopes import recompute_default
+from spiketrace.analyze.trace.facts import recomputed_events
 
 SHOWN_KINDS = 3  # failure kinds named in the one DEGRADED line; the rest are counted
 
@@ -129,11 +130,6 @@ def health_findings(health: dict) -> list[dict]:
         if line:
             found.append({"headline": headline, "detail": line.removeprefix("DEGRADED: "), "warn": True})
     return found
-
-
-def recomputed_events(trace) -> int:
-    """Events activation checkpointing recomputed during backward (0 in a trace of schema 1.0)."""
-    return int(trace.con.execute("SELECT count(*) FROM events WHERE coalesce(recompute, false)").fetchone()[0])
 
 
 def recompute_note(recomputed: int, choice: str) -> str | None:

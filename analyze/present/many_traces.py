@@ -30,8 +30,9 @@ import math
 
 import pandas as pd
 
+from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame, units_line, value_text
-from spiketrace.analyze.present.energy_table import ordered_frame, total_of
+from spiketrace.analyze.present.energy_table import ordered_frame
 from spiketrace.analyze.present.safe_text import safe, safe_line
 from spiketrace.analyze.present.units import format_energy
 

@@ -34,10 +34,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from spiketrace.analyze.energy import SCOPES
-from spiketrace.analyze.present.counts import module_classes, short_class
+from spiketrace.analyze.present.counts import short_class
 from spiketrace.analyze.present.selection import selection_of
 from spiketrace.analyze.present.units import energy_scale
 from spiketrace.analyze.results import Analysis
+from spiketrace.analyze.trace.facts import module_classes
 
 COMPONENT_COLOURS = {"mac_pj": "#4C72B0", "ac_pj": "#55A868", "parameter_memory_pj": "#C44E52",
                      "neuron_state_memory_pj": "#8172B2", "total_pj": "#937860"}

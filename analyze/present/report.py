@@ -32,17 +32,18 @@ import pandas as pd
 from markupsafe import Markup
 
 from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
+from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import trace_phases
 from spiketrace.analyze.present import plots
+from spiketrace.analyze.present.bar_chart import series
 from spiketrace.analyze.present.counts import BYTE_COUNTERS, STAGE_ORDER, coverage, human, human_bytes, percent
-from spiketrace.analyze.present.energy_table import energy_rows, total_of
+from spiketrace.analyze.present.energy_table import energy_rows
 from spiketrace.analyze.present.health import report_health
-from spiketrace.analyze.present.progress import steps as progress_steps
+from spiketrace.analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
 from spiketrace.analyze.present.selection import selection_of
 from spiketrace.analyze.present.units import format_energy
+from spiketrace.analyze.progress import steps as progress_steps
 from spiketrace.analyze.results import Analysis
-from spiketrace.analyze.present.bar_chart import series
-from spiketrace.analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
 
 TEMPLATES = Path(__file__).with_name("templates")
 FIGURES = 4  # the plots of the page (_figures)

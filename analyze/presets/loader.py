@@ -309,10 +309,6 @@ def _parse(document: Mapping, where: str, path: Path | None, models: ModelLookup
     return preset, raw
 
 
-def parse_preset(document: Mapping, where: str, path: Path | None = None, *, models: ModelLookup) -> Preset:
-    return _parse(document, where, path, models, (path.resolve(),) if path else ())[0]
-
-
 def _read(path: Path, models: ModelLookup, chain: tuple[Path, ...]) -> tuple[Preset, Mapping]:
     return _parse(read_document(path), str(path), path, models, chain)
 

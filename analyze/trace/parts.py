@@ -6,8 +6,8 @@ it does not list is reported as a leftover. Every committed part is checked on o
 it must be a regular file (never a link or a FIFO) at the place its table and rank say, of
 the size the manifest recorded, whose Parquet footer names its table, schema version and run,
 holds the committed row count, and has every required column with its type. With `verify`
-the whole file's BLAKE2b is compared with the committed checksum too (about 1 s per GB on
-one core), which catches a flipped bit that still decodes.
+the whole file's BLAKE2b is compared with the committed checksum too (it reads every byte, so
+it takes time in proportion to the trace's size), which catches a flipped bit that still decodes.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     """Open and check the trace at `path`; raises TraceError naming the file at fault.
 
     Only committed parts are read (analyze/trace/parts.py). `verify` (default True) also
-    compares each part's checksum with the one committed (1.6-2 s per GB of parts; False skips
-    it for a trace you trust). `run` picks one capture run (its id or a unique prefix) in a
+    compares each part's checksum with the one committed (it reads every byte of the parts;
+    False skips it for a trace you trust). `run` picks one capture run (its id or a unique prefix) in a
     root that holds shards of several. Unset, both come from `open_defaults`."""
     defaults = _OPEN_DEFAULTS.get()
     run = defaults.get("run") if run is None else run
@@ -268,7 +268,8 @@ class Trace:
         compiled_seen = sorted({str(what) for m in self.manifests.values() for what in m.get("compiled_seen") or []})
         underflows = [entry for m in self.manifests.values() for entry in m.get("tracker_underflows") or []]
         # Python threads that ran unrecorded while the capture was open (capture/session/threads.py):
-        # a key only when there were some, as the documents were before it.
+        # a key only when there were some, so that the documents of traces without any (most
+        # traces, and every trace captured before threads were watched) all have the same keys.
         unrecorded = [{"rank": rank, **entry} for rank, m in sorted(self.manifests.items())
                       for entry in m.get("unrecorded_threads") or [] if isinstance(entry, dict)]
         return {

@@ -17,36 +17,21 @@
   to remake them).
 
 The mapper (mapper.py) computes both conventions' activity at once; the preset's
-`convention` picks one at costing time (cost.py), so presets of either convention
-re-cost one activity. Strictness: by default modules SpikingJelly's validate_model rejects
-(Flatten, pooling, BN, PLIF, ...) are listed in report.warnings, as SpikingJelly does with
-strict=False; strict=True raises its ValueError instead.
+`convention` (costs.py) picks one at costing time (report.py), so presets of either
+convention re-cost one activity; sweep.py costs many presets at once. Strictness: by default
+modules SpikingJelly's validate_model rejects (Flatten, pooling, BN, PLIF, ...) are listed in
+report.warnings, as SpikingJelly does with strict=False; strict=True raises its ValueError
+instead.
 """
 
 from __future__ import annotations
 
-from spiketrace.analyze.energy.lemaire.cost import LemaireCosts, LemaireReport, cost
+from spiketrace.analyze.energy.lemaire.costs import PRESET_UNITS, PRESET_ZERO_ALLOWED, LemaireCosts
 from spiketrace.analyze.energy.lemaire.mapper import LemaireActivity, activity, qualia_layer_terms
-from spiketrace.analyze.energy.lemaire.sql import CONVENTIONS
+from spiketrace.analyze.energy.lemaire.report import LemaireReport, cost
+from spiketrace.analyze.energy.lemaire.sql import CONVENTIONS, MODEL
 from spiketrace.analyze.energy.lemaire.sweep import SWEEPABLE, sweep_totals  # recost's bulk path for sweeps
 
-MODEL = "lemaire"
-PRESET_UNITS: dict[str, str] = {
-    "convention": "str",
-    "e_add_pj": "pJ",
-    "e_mul_pj": "pJ",
-    "memory_breakpoints.*.capacity_bytes": "byte",
-    "memory_breakpoints.*.pj_per_byte": "pJ/byte",
-    "snn_fifo_capacity_elements": "1",
-    "qualia.mem_width": "bit",
-    "qualia.sram_estimation": "str",
-    "qualia.ram_slope": "pJ/bit",
-    "qualia.ram_floor": "pJ",
-    "qualia.bus_width": "bit",
-    "qualia.bus_access": "pJ",
-}
-# SpikingJelly's first breakpoint sits at 0 bytes; other sizes must be positive.
-PRESET_ZERO_ALLOWED = ("memory_breakpoints.*.capacity_bytes",)
 Costs = LemaireCosts
 Activity = LemaireActivity
 Report = LemaireReport
@@ -55,11 +40,14 @@ __all__ = [
     "CONVENTIONS",
     "MODEL",
     "PRESET_UNITS",
+    "PRESET_ZERO_ALLOWED",
     "SWEEPABLE",
+    "Activity",
     "Costs",
     "LemaireActivity",
     "LemaireCosts",
     "LemaireReport",
+    "Report",
     "activity",
     "cost",
     "qualia_layer_terms",

@@ -39,8 +39,8 @@ WITH calls AS (
     WHERE string_split(m.class_name, '.')[-1] IN {ADD_CLASS_NAMES} AND len(pre.inputs) >= 2  -- a qualified name's last part
 ),
 inputs AS MATERIALIZED (SELECT *, unnest(inputs) AS x_id, unnest(range(len(inputs))) AS position FROM calls),
--- the states the inputs name, found by a semi join: a join of tensor_states itself made DuckDB
--- build a hash table of every state of the trace (771 MB over 10M events, with no Add at all)
+-- the states the inputs name, found by a semi join: a join of tensor_states itself makes DuckDB
+-- build a hash table of every state of the trace, however few Adds it holds (none, even)
 used AS (SELECT t.rank, t.tensor_id, t.is01, t.nnz, t.shape FROM tensor_states t
          SEMI JOIN (SELECT rank, x_id AS tensor_id FROM inputs UNION ALL SELECT rank, out_id FROM inputs) w
            ON w.rank = t.rank AND w.tensor_id = t.tensor_id)

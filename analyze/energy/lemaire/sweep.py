@@ -1,4 +1,4 @@
-"""Lemaire totals under many presets at once: cost.py's arithmetic as arrays over presets.
+"""Lemaire totals under many presets at once: report.py's arithmetic as arrays over presets.
 
 The activity is first summed into what the preset prices: the op counts, and the bytes (or,
 in Qualia's convention, the word accesses) per memory size hit, the SNN FIFO apart (its size
@@ -11,7 +11,7 @@ is a preset parameter). Each preset is then a row of parameters:
   hits, ram_slope * elements * mem_width + ram_floor ("old"), or bus_access / (bus_width //
   mem_width) ("new").
 
-The result equals cost.py's report preset by preset (tests/test_recost_bulk.py).
+The result equals report.py's cost() preset by preset (tests/test_recost_bulk.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from spiketrace.analyze.energy.lemaire.cost import LemaireCosts
+from spiketrace.analyze.energy.lemaire.costs import LemaireCosts
 from spiketrace.analyze.energy.lemaire.sql import WORD_BYTES
 
 # The numeric keys (recost costs a sweep of convention or qualia.sram_estimation preset by preset).

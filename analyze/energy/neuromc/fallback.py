@@ -32,7 +32,7 @@ SIGNATURE = ("rank", "stage", "phase", "core_type", "process_key", "BT", "C", "K
 
 # The ops SpikingJelly ignores, decided once per distinct op (a table), not once per event:
 # the distinct ops are a table of their own first, as DuckDB would push the test below a
-# DISTINCT in the same query and run its lambda on every event (0.6 s per 1M events).
+# DISTINCT in the same query and run its lambda on every event (a cost per event, not per op).
 DISTINCT_OPS = "SELECT DISTINCT op FROM events"
 IGNORED_OPS = f"""SELECT op FROM nmc_distinct_ops
 WHERE nmc_op_is_ignored(op, {quoted_list(rules.IGNORED_OP_PREFIXES)}) OR op IN {tuple(rules.AUXILIARY_OPS)}"""

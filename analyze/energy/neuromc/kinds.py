@@ -1,17 +1,17 @@
 """Fragments held as kinds: the few distinct fragments a run repeats, and where each recurs.
 
-A training run repeats the same work step after step, so its fragments are mostly copies:
-over 10M events of VGG training steps, 777k fragment parts are 44 kinds. What a fragment
+A training run repeats the same work step after step, so its fragments are mostly copies of
+a few kinds, however many steps it records. What a fragment
 costs (its MACs, primitives, memory terms, weight reuse) depends only on its columns other
 than its place in the run (rank, step, seq, sub), so a trace's fragments are kept as
 `kinds` (one row per distinct fragment part, every column but the place) and `fragments`
 (one narrow row per fragment part: its kind, rank, step and fragment id, in SpikingJelly's
 order). The costing prices each kind once and weights it by how often it recurs; only the
-per-step and per-rank sums and the fragment counts read `fragments`. Held whole, the
-fragments and their memory terms were the largest thing NeuroMC's mapping kept (1.5 GB of
-peak RSS over 10M events).
+per-step and per-rank sums and the fragment counts read `fragments`. Held one row per
+fragment part with every column, the fragments and their memory terms would be the largest
+thing NeuroMC's mapping keeps, growing with the trace.
 
-Fragments mapped a range of steps at a time (activity in __init__.py) are compacted range by
+Fragments mapped a range of steps at a time (mapper.py) are compacted range by
 range, and the ranges' kinds and places combined into the kinds and order of the whole trace,
 so a trace mapped in ranges gives the same activity as one mapped whole.
 """

@@ -5,7 +5,7 @@ facts NeuroMC's activity is made of, in a form that adds up over ranges.
 fallback.py), keeps the selected ones compacted into kinds (kinds.py), and keeps what the
 activity says about the rest as facts, not yet as messages: whether a refusal applies, the
 uncosted work per name with its stages and modules as sets, the modules' push/pop balance.
-`finish` (in __init__.py) adds the facts of every part up and words them once, so that a trace
+`activity` (mapper.py) adds the facts of every part up and words them once, so that a trace
 mapped in ranges words its refusals, warnings and uncosted rows as the trace mapped whole.
 """
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 from spiketrace.analyze.energy.neuromc import rules as rules
 from spiketrace.analyze.energy.neuromc.costs import Costs
 
@@ -81,25 +82,24 @@ class Report:
         return self.summary_source
 
     def to_frame(self) -> pd.DataFrame:
-        """Tidy rows: breakdown (total/component/stage/op/core_type/process_key/memory/module/
-        count/uncosted), key, pj, count."""
-        rows = [("total", "energy_total_pj", self.energy_total_pj, None)]
-        rows += [("component", k, getattr(self, k), None) for k in (
-            "energy_compute_pj", "energy_memory_pj", "energy_mac_pj", "energy_extra_compute_pj",
-            "energy_base_memory_pj", "energy_extra_memory_pj")]
-        for name, values in (("stage", self.energy_by_stage), ("op", self.energy_by_op),
-                             ("core_type", self.energy_by_core_type), ("process_key", self.energy_by_process_key),
-                             ("module", self.energy_by_module), ("step", self.energy_by_step),
-                             ("rank", self.energy_by_rank)):
-            rows += [(name, k, v, None) for k, v in values.items()]
-        bits = self.memory_bits_by_level.get("by_level_dir", {})
-        for level, directions in bits.items():
-            for direction, n in directions.items():
-                pj = self.energy_by_memory_level_dir.get(level, {}).get(direction)
-                rows.append(("memory", f"{level}.{direction}", pj, n))
-        rows += [("count", k, None, v) for k, v in self.primitive_counts.get("totals", {}).items()]
-        rows += [("uncosted", f"{r.kind}:{r.name}", None, r.calls) for r in self.uncosted.itertuples()]
-        return pd.DataFrame(rows, columns=["breakdown", "key", "pj", "count"])
+        """Tidy rows (analyze/energy/breakdown.py): total, component, stage, op, core_type,
+        process_key, module, step, rank, memory (pJ, and bits in count), count, uncosted (calls)."""
+        components = ("energy_compute_pj", "energy_memory_pj", "energy_mac_pj", "energy_extra_compute_pj",
+                      "energy_base_memory_pj", "energy_extra_memory_pj")
+        memory = [{"breakdown": "memory", "key": f"{level}.{direction}", "count": n,
+                   "pj": self.energy_by_memory_level_dir.get(level, {}).get(direction)}
+                  for level, directions in self.memory_bits_by_level.get("by_level_dir", {}).items()
+                  for direction, n in directions.items()]
+        return breakdown_frame(
+            section("total", {"energy_total_pj": self.energy_total_pj}),
+            section("component", {k: getattr(self, k) for k in components}),
+            *(section(name, values) for name, values in (
+                ("stage", self.energy_by_stage), ("op", self.energy_by_op), ("core_type", self.energy_by_core_type),
+                ("process_key", self.energy_by_process_key), ("module", self.energy_by_module),
+                ("step", self.energy_by_step), ("rank", self.energy_by_rank))),
+            memory,
+            section("count", self.primitive_counts.get("totals", {}), "count"),
+            section("uncosted", ((f"{r.kind}:{r.name}", r.calls) for r in self.uncosted.itertuples()), "count"))
 
     def to_json(self) -> dict:
         document = {}

@@ -1,8 +1,8 @@
 """The NeuroMC model's rule tables, as data (SpikingJelly 2.0.0 op_counter/neuromc/core.py, mapping.py).
 
-Nothing here computes: the mapper (modules.py, fallback.py,
-optimizer.py) turns a trace into fragments, activity.py applies the
-count and memory tables below to them, and cost.py prices the result.
+Nothing here computes: the mapper (mapper.py with modules.py, fallback.py, optimizer.py)
+turns a trace into fragments, activity.py applies the count and memory tables below to them,
+and report.py prices the result under a preset (costs.py).
 """
 
 from __future__ import annotations

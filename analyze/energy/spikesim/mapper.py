@@ -5,7 +5,7 @@ One row per dispatched `aten.convolution.default` of the selection, with what Sp
 of the tracker's parents), how many nn.Conv2d modules were active and whether that conv was
 training, grad mode, transposition, groups, the x / w / out shapes, stride, padding and
 dilation, and whether x was binary. Whether a call is costed is decided by the costing
-(cost.py), because compat and strict change it.
+(report.py, formulas.py), because compat and strict change it.
 
 Event mode needs, per call, the spike map of x split into crossbar-row tiles of
 `xbar_size` channels: a preset parameter. So the activity keeps x bit-packed, as the trace
@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from spiketrace.analyze import neurons
+from spiketrace.analyze.counters import _ignore_names, _where
+from spiketrace.analyze.counters.engine import ignored_scopes_sql
 
 MODEL = "spikesim"  # its name for analyze/neurons.py
 CONV2D_CLASS = "torch.nn.modules.conv.Conv2d"
@@ -176,6 +178,26 @@ class Activity:
         if xbar_size not in self._event_cache:
             self._event_cache[xbar_size] = spike_event_counts(self.calls, self.packed, xbar_size)
         return self._event_cache[xbar_size]
+
+
+def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), compat=None, strict=False,
+             packed_inputs: bool = True, recompute=None, **options) -> Activity:
+    """Map the trace's Conv2d calls (and neurons, Linear layers) of `stage`, `step`, `rank` (a
+    value or a list each; all when None). packed_inputs=False skips loading the spike maps
+    (dense mode only then). `recompute="exclude"` leaves out the calls activation checkpointing
+    recomputed during backward (included by default: they ran); "only" keeps just them."""
+    if options:
+        raise TypeError(f"the spikesim model takes no options {sorted(options)}")
+    if compat not in (None, "spikingjelly"):
+        raise ValueError(f"compat must be None or 'spikingjelly', got {compat!r}")
+    where = _where(stage=stage, step=step, rank=rank, recompute=recompute)
+    names = _ignore_names(ignore_modules)
+    listed = "[" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + "]"
+    not_ignored = "" if not names else f"""AND NOT EXISTS (SELECT 1 FROM modules a WHERE a.rank = m.rank AND a.in_model
+        AND (m.path = a.path OR starts_with(m.path, a.path || '.'))
+        AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name) OR list_contains({listed}, a.path)))"""
+    return map_trace(trace, where=where, ignore_scopes_sql=ignored_scopes_sql(names, None) if names else None,
+                     not_ignored_modules=not_ignored, load_packed=packed_inputs)
 
 
 def map_trace(trace, *, where: str, ignore_scopes_sql: str | None, not_ignored_modules: str,

@@ -2,7 +2,7 @@
 
 Every SpikeSim energy is linear in its pJ parameters: per call (or, under compat, per
 stage) counts at the preset's crossbar size times sums of those parameters, no product of
-two of them (cost.py). So with the crossbar size, device and mode of the base fixed, a
+two of them (formulas.py). So with the crossbar size, device and mode of the base fixed, a
 sweep of pJ parameters is one costing per swept parameter, with that parameter at 1 pJ and
 every other pJ parameter at 0 (its coefficient), plus one with the swept parameters at 0
 (what the others contribute); each preset is then a dot product. Nothing is subtracted, so
@@ -18,15 +18,22 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-PJ_FIELDS = ("tile_buffer_pj", "temp_buffer_pj", "sub_pj", "adc_pj", "htree_pj", "mux_pj", "mem_fetch_pj",
-             "neuron_pj", "rram_xbar_pj", "sram_xbar_pj")
+from spiketrace.analyze.energy.spikesim.costs import PJ_FIELDS, Costs
+from spiketrace.analyze.energy.spikesim.mapper import Activity
+from spiketrace.analyze.energy.spikesim.report import cost
+
 SWEEPABLE = PJ_FIELDS
 
 
-def linear_totals(cost, activity, base, values: Mapping[str, np.ndarray], *, compat=None) -> pd.DataFrame:
+def sweep_totals(activity: Activity, base: Costs, values: Mapping[str, np.ndarray], *, compat=None) -> pd.DataFrame:
+    """recost's bulk path: energy_total_pj of each preset of a sweep of pJ parameters."""
+    return linear_totals(activity, base, values, compat=compat)[["energy_total_pj"]]
+
+
+def linear_totals(activity: Activity, base: Costs, values: Mapping[str, np.ndarray], *, compat=None) -> pd.DataFrame:
     """energy_total_pj and the energy components (pe_cycle_pj, or patch_control_pj, xbar_pj
     and neuron_pj) for each index of `values` (pJ keys -> equal-length arrays), every other
-    parameter from `base`; `cost` is the model's costing."""
+    parameter from `base`."""
     unknown = sorted(set(values) - set(PJ_FIELDS))
     if unknown:
         raise ValueError(f"cannot sweep {unknown[0]!r} in bulk (the pJ keys: {', '.join(PJ_FIELDS)})")

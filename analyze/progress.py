@@ -1,4 +1,4 @@
-"""Progress of the long commands (report, plot, demo, recost, many traces), on a terminal only.
+"""Progress of the long commands (counting, report, plot, demo, recost, many traces), on a terminal only.
 
 tqdm with `disable=None` draws on stderr when stderr is a terminal and stays silent on a pipe
 or a file (and under pytest, and in CI logs), so stdout stays the table and captured output

@@ -11,13 +11,14 @@ parameters an earlier optimizer step wrote, ...), with their lifetimes (tensor_f
 view built on the tables (stages, tensors, the named views) follows, as DuckDB binds a view's
 query when it runs. Each record is in exactly one shard's range, each tensor state described
 in exactly one, so what the analyses sum over records adds up over the shards; which analyses
-do is checked by tests/test_step_shards.py (combine.STEP_ADDITIVE_MODELS).
+do is checked by tests/test_step_shards.py (analyze/many/combine.py STEP_ADDITIVE_MODELS).
 
 `shown_in_ranges` does the same in place, on any opened trace: NeuroMC's mapping
 (analyze/energy/neuromc) walks the pieces `record_shards` cuts a large trace into (ranks
 packed, a large rank's step ranges), each shown in the trace's own views in turn (rows of
 other ranks hidden too), and the views show what they showed before once it is done
-(tests/test_step_ranges.py).
+(tests/test_step_ranges.py). The many-trace engines (analyze/many/shards.py) open each piece
+on its own instead (`restrict`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ import itertools
 from spiketrace.analyze.trace.views import view_body, view_name
 from spiketrace.schemas.tables import TABLES
 
+# Events one evaluation reads at most, where the work splits: spiketrace.analyze.many evaluates a
+# trace holding more rank by rank (ranks packed up to this many), a rank holding more step range
+# by step range, and NeuroMC's mapping cuts a trace so too (reading this number when it maps), so
+# that their memory follows the piece, not the trace. benchmarks/analysis_throughput.py measures
+# NeuroMC's peak RSS mapped in pieces (`energy neuromc`) and whole (`energy neuromc whole`).
+SHARD_EVENTS = 1_500_000
 # Schema holding each table view as the trace was opened; `main` holds the restricted ones.
 WHOLE_SCHEMA = "spiketrace_whole_rank"
 # Tables whose rows are records of the range: by their own seq, or the seq of their event.
