@@ -13,6 +13,15 @@ recording shares), `store` (torch-free: column buffers, writer, compaction, trac
 id, failures) and `native` (the optional C extension: the per-op record, scans and handler
 in C, each with a Python twin that writes the same trace). docs/design.md draws the layout.
 
+The path of one op:
+
+    session/recorder.Recorder          opens the trace, puts the mode and module hooks into torch
+      -> ops/dispatch.RecordingMode    torch calls it for every aten op (native/record: in C)
+      -> ops/dispatch.OpLog            the op's event, its arguments (ops/arguments) and scalars
+      -> tensors/registry.TensorRegistry   one row per tensor state, its value statistics
+      -> store/table_buffer.TableBuffer    rows held column by column
+      -> store/writer.TraceWriter      Parquet parts and the manifest, committed atomically
+
 The torch-dependent names are imported lazily, so `spiketrace.capture.store.writer` (pure
 pyarrow) can be used where torch is absent.
 """
