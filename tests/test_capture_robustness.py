@@ -270,7 +270,7 @@ def test_only_the_recorders_users_import_it():
 
     allowed = {"__init__.py", "scenarios.py", "example.py", "recorder.py"}
     importers = []
-    for path in sorted((REPO / "capture").glob("*.py")):
+    for path in sorted((REPO / "capture").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []
             if any(name == "spiketrace.capture.session.recorder" for name in names):
