@@ -36,9 +36,8 @@ at both statistics levels (value_statistics="full" and "synaptic").
 
 Targets: full capture <= 1.3x plain on the conv workloads, <= 1.8x on the MLP,
 <= 1.5x on resnet18, spikformer and transformer; >= 100k events/s on tiny ops (70% of the
-pass-through rate), flat to 1M events; <= 300 B of RSS per buffered event. (Issue 2) <= 32
-B/event on disk. (Issue 10) unrecorded steps <= 1.10x plain; the writer's estimate within 2x
-of the RSS it costs.
+pass-through rate), flat to 1M events; <= 300 B of RSS per buffered event; <= 32 B/event on
+disk; unrecorded steps <= 1.10x plain; the writer's estimate within 2x of the RSS it costs.
 
 Run-to-run spread: much of it follows glibc's allocator, whose mmap threshold moves with the
 sizes the process freed, so large activations come now from fresh (faulted-in) pages, now
