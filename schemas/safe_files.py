@@ -19,7 +19,10 @@ from pathlib import Path
 
 from spiketrace.schemas.layout import CHECKSUM_DIGEST_SIZE
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+# O_NONBLOCK and O_NOFOLLOW are POSIX's: on Windows neither exists (nor do FIFOs or, for a
+# plain user, symlinks to open), and a file opens as O_BINARY.
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | _NONBLOCK | getattr(os, "O_BINARY", 0)
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 _KINDS = [
     (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
@@ -47,7 +50,8 @@ def open_regular(path: Path) -> int:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise UnsafeFileError(f"{path}: is {kind_of(mode)}; trace files must be regular files")
-    os.set_blocking(fd, True)
+    if _NONBLOCK:  # reads block again (opened non-blocking only so a FIFO could not hang the open)
+        os.set_blocking(fd, True)
     return fd
 
 

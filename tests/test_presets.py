@@ -52,6 +52,8 @@ def test_conversions_by_hand():
     (lambda t: t.replace("value = 0.9", "value = -0.9"), "e_ac_pj = -0.9 pJ: an energy cannot be negative"),
     (lambda t: t.replace('unit = "pJ" }', 'unit = "bit" }'), "e_ac_pj: unit 'bit' is not a energy"),
     (lambda t: t.replace('{ value = 0.9, unit = "pJ" }', "0.9"), "e_ac_pj = 0.9 needs its unit"),
+    (lambda t: t.replace('{ value = 0.9, unit = "pJ" }', '{ unit = "pJ" }'),
+     "e_ac_pj must be { value = ..., unit = \"pJ\" }, got keys ['unit']"),
     (lambda t: t.replace('model = "compute"', 'model = "nope"'), "unknown model 'nope'"),
     (lambda t: t.replace('source = "hand-written for the test"', ""), "lacks source"),
     (lambda t: t + "\n[extra]\nx = 1\n", "unknown top-level table"),

@@ -163,7 +163,7 @@ def _unknown(key: str, schema: Mapping[str, str], where: str) -> list[str]:
 def _leaf(dotted: str, item: Mapping, unit: str, model: str, spec) -> tuple[Any, list[str]]:
     """A `{ value, unit }` leaf as (the number in the model's `unit`, its problems)."""
     extra = set(item) - {"value", "unit"}
-    if extra or "unit" not in item:
+    if extra or "unit" not in item or "value" not in item:
         return None, [f"{dotted} must be {{ value = ..., unit = \"{unit}\" }}, got keys {sorted(map(str, item))}"]
     value, given = item["value"], item["unit"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):

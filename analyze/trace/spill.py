@@ -15,7 +15,12 @@ from pathlib import Path
 
 def remove_orphans(prefix: str, directory: str | os.PathLike | None = None) -> list[str]:
     """Remove `<prefix><pid>-*` directories of this user whose process no longer runs; return
-    what was removed. Links, files and other users' directories are left alone."""
+    what was removed. Links, files and other users' directories are left alone. Where the
+    system has no user ids or no signal 0 to ask whether a process runs (Windows, whose
+    os.kill(pid, 0) would send the process a Ctrl+C), nothing is removed: the leftovers stay
+    for the system's own temporary-file cleanup."""
+    if not hasattr(os, "getuid") or os.name == "nt":
+        return []
     removed = []
     for entry in Path(directory or tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = entry.name[len(prefix):].split("-", 1)[0]
