@@ -5,6 +5,8 @@ on traces it makes itself, and is stored with the outputs of its current code
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +38,12 @@ def test_notebook_is_stored_with_the_outputs_of_its_code(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    # As in a kernel whose environment's bin directory is not on PATH (a Jupyter server started
+    # from another environment): a notebook runs spiketrace through its own interpreter.
+    bin_directory = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                               if p and Path(p) != Path(bin_directory)))
     book = nbformat.read(path, as_version=4)
     started = time.monotonic()
     NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
