@@ -10,7 +10,6 @@ its statistic dropped if it did not hold.
 
 from __future__ import annotations
 
-import warnings
 from array import array
 
 import torch
@@ -20,6 +19,7 @@ from spiketrace.capture.ops.shared_operands import begin_op, end_op
 from spiketrace.capture.ops.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND
 from spiketrace.capture.ops.packed_bits import bits_bytes, pack_bits
 from spiketrace.capture.tensors.registry import excluded_from_modes, has_values, immediate_stats
+from spiketrace.capture.tensors.value_counts import ignoring_warnings
 from spiketrace.schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
 
 
@@ -123,10 +123,8 @@ class OpScalars:
                 else:
                     try:
                         value = STATISTIC_FUNCTIONS[stat](args, out)
-                    except Warning:  # torch warned and the user's filter made it an error: not ours to raise
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            value = STATISTIC_FUNCTIONS[stat](args, out)
+                    except Warning:  # torch warned and the user's filter made it an error
+                        value = ignoring_warnings(STATISTIC_FUNCTIONS[stat], args, out)
                 self._append_stat(seq, stat, value, valid)
             except Exception as exc:  # noqa: BLE001 - see the module docstring
                 self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)

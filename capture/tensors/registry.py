@@ -32,7 +32,7 @@ import torch
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
-from spiketrace.capture.tensors.value_counts import immediate_stats, python_stats  # module globals: tests inject failures here
+from spiketrace.capture.tensors.value_counts import ignoring_warnings, immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 
@@ -263,12 +263,8 @@ class TensorRegistry:
                 ones = None if t.dtype is torch.bool else torch.count_nonzero(values == 1)
                 return PendingStats(nnz, ones)
         except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/store/failures.py)
-            if isinstance(exc, Warning):  # torch warned and the user's filter made it an error:
-                import warnings  # the same statistics, the warning not the capture's to raise
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    return self._statistics(t, seq)
+            if isinstance(exc, Warning):  # torch warned and the user's filter made it an error
+                return ignoring_warnings(self._statistics, t, seq)
             if t.is_nested or torch._C._functorch.is_functorch_wrapped_tensor(t):
                 return (None, None)  # values behind a transform's or a nested wrapper: none to read
             if self.report_failure is not None:

@@ -8,6 +8,8 @@ see capture/tensors/registry.py), or torch's kernels on a fresh tensor of ours f
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from spiketrace.capture.native import scan_stats
@@ -101,6 +103,15 @@ def _count_ones(t: torch.Tensor, memory=None) -> int:
         return t.numel() - _count_true(t.detach().sub(1).bool())  # detach: builds no autograd node
     except RuntimeError:  # a dtype without subtraction (uint16, uint32, ...)
         return int(torch.count_nonzero(t == 1))
+
+
+def ignoring_warnings(function, *args):
+    """function(*args) with warnings ignored: a statistic taken again after a warning torch
+    raised inside it (the user's filter, e.g. `-W error`, made it an exception) is the same
+    statistic, and the warning is not the capture's to raise nor a failure of it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return function(*args)
 
 
 def readable(t: torch.Tensor) -> torch.Tensor:
