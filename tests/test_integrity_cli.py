@@ -48,7 +48,7 @@ def test_run_picks_one_run_of_a_directory_holding_two(tmp_path):
     assert "ranks [1] are stale (run first-run" in refused.output and "--run ID" in refused.output
     second = run("info", root, "--run", "second", "--format", "json")
     assert second.exit_code == 0, second.output
-    assert json.loads(second.output)["trace"]["ranks"] == [0]
+    assert json.loads(second.stdout)["trace"]["ranks"] == [0]
     first = run("validate", root, "--run", "first-run")
     assert first.exit_code == 0 and "ranks [1]" in first.output
 
@@ -97,7 +97,7 @@ def test_compact_merges_small_parts_and_changes_no_number(tmp_path):
     assert f"rank 0: {parts_before} parts -> {parts_after}" in result.output and parts_after < parts_before
     assert run("validate", root).exit_code == 0
     after = run("counts", root, "--format", "json")
-    assert json.loads(after.output)["counters"] == json.loads(before.output)["counters"]
+    assert json.loads(after.stdout)["counters"] == json.loads(before.stdout)["counters"]
 
 
 def test_compact_refuses_a_trace_still_being_captured(tmp_path):

@@ -153,7 +153,7 @@ def test_cli_json_has_the_three_views(tmp_path):
         node(torch.rand(4, 2, 3) * 2)
     result = CliRunner().invoke(main, ["counts", str(tmp_path / "trace"), "--counter", "neuron_state", "--format", "json"])
     assert result.exit_code == 0, result.output
-    entry = json.loads(result.output)["counters"]["neuron_state"]
+    entry = json.loads(result.stdout)["counters"]["neuron_state"]
     assert entry["total"] == sum(entry["metrics"]["Global"].values()) > 0
     assert entry["projection"]["Global"]["read_potential"] == entry["metrics"]["Global"]["state_reads"]
     assert entry["unsupported"] == {} and entry["coverage"] == 1.0

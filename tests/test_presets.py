@@ -97,9 +97,9 @@ def test_every_shipped_preset_has_units_and_a_source():
 def test_presets_cli(tmp_path):
     runner = CliRunner()
     listed = runner.invoke(main, ["presets", "list", "--format", "json"])
-    assert listed.exit_code == 0 and "compute-int8-45nm" in {p["name"] for p in json.loads(listed.output)}
+    assert listed.exit_code == 0 and "compute-int8-45nm" in {p["name"] for p in json.loads(listed.stdout)}
     shown = runner.invoke(main, ["presets", "show", "compute-int8-45nm", "--set", "e_mac_pj=1", "--format", "json"])
-    assert json.loads(shown.output)["parameters"]["e_mac_pj"] == {"value": 1.0, "unit": "pJ"}
+    assert json.loads(shown.stdout)["parameters"]["e_mac_pj"] == {"value": 1.0, "unit": "pJ"}
     good = runner.invoke(main, ["presets", "validate", str(write(tmp_path, GOOD))])
     assert good.exit_code == 0 and "ok" in good.output
     bad = runner.invoke(main, ["presets", "validate", str(write(tmp_path, GOOD.replace("e_ac_pj", "x"), "bad.toml"))])

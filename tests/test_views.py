@@ -221,4 +221,4 @@ def test_result_tables_equal_the_python_api(sew_trace):
     assert modules.to_dict() == pytest.approx(report.energy_by_module, rel=1e-12)
     result = CliRunner().invoke(main, ["sql", str(sew_trace), "SELECT round(sum(share), 6) AS s FROM energy_by_stage",
                                        "--format", "json"])
-    assert json.loads(result.output) == [{"s": 1.0}]
+    assert json.loads(result.stdout) == [{"s": 1.0}]

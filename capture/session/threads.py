@@ -34,7 +34,11 @@ hook (a profile hook set over it). At close the manifest's `unrecorded_threads` 
 them that ran while the Recorder was open: each still alive that the kernel saw run meanwhile
 (Linux's per-thread scheduler counters, /proc/self/task/<tid>/schedstat; where they cannot be
 read, every one), and each that ended meanwhile. Whether they ran torch ops cannot be known
-cheaply, so an entry says only that the thread ran; the analysis prints the caveat. Threads
+cheaply, so an entry says only that the thread ran and what code it runs; the analysis prints
+the caveat. Left out are the service threads in SERVICE_THREADS, whose code is known and runs
+no torch op: tqdm's monitor (started by any progress bar, spiketrace's own among them, and
+woken every 10 s) and a Jupyter kernel's I/O, heartbeat and history threads would otherwise
+put the caveat on every capture in a notebook and teach users to skip it. Threads
 started outside the threading module (`_thread.start_new_thread`, C++ threads) are neither
 reached nor listed; those torch runs itself (intra-op threads, autograd's device threads, which
 run a backward with the modes of the thread it came from) work for a recorded thread.
@@ -53,6 +57,14 @@ import torch
 from spiketrace.capture.ops import dispatch
 
 MANIFEST_KEY = "unrecorded_threads"
+
+# Where a thread's code comes from (module of its Thread subclass, else of its target), for the
+# threads known to run no torch op: prefixes of those modules.
+SERVICE_THREADS = (
+    "tqdm._monitor",  # TMonitor: wakes every 10 s to refresh bars
+    "ipykernel.iostream", "ipykernel.heartbeat", "ipykernel.parentpoller",  # a Jupyter kernel's
+    "IPython.core.history",  # HistorySavingThread: writes the input history to sqlite
+)
 _HANDLER_CODE = dispatch.RecordingMode.__torch_dispatch__.__code__
 
 
@@ -66,6 +78,21 @@ def _scheduled(native_id: int | None) -> tuple | None:
             return tuple(counters.read().split()[::2])  # run time (ns), time slices
     except (OSError, ValueError):
         return None
+
+
+def thread_code(thread: threading.Thread) -> str:
+    """'module.qualname' of the code the thread runs: its Thread subclass, else its target
+    (read while it runs: Thread.run deletes the target when it returns); '' where unknown."""
+    kind = type(thread)
+    code = getattr(thread, "_target", None) if kind is threading.Thread else kind
+    if code is None:
+        return ""
+    code = getattr(code, "__func__", code)  # a bound method: its function
+    return f"{getattr(code, '__module__', None) or ''}.{getattr(code, '__qualname__', '')}".strip(".")
+
+
+def is_service(code: str) -> bool:
+    return any(code == p or code.startswith(p + ".") for p in SERVICE_THREADS)
 
 
 def _python_threads() -> list[threading.Thread]:
@@ -86,15 +113,18 @@ class ThreadHook:
         self.open = False
         self.modes: list = []  # the modes pushed, one per thread reached
         self.reached: set[int] = set()  # idents of the threads reached
-        self.existing: dict[int, tuple] = {}  # ident -> (name, native_id, scheduler counters) at open
+        self.existing: dict[int, tuple] = {}  # ident -> (name, native_id, counters, code) at open
         self._previous = None  # threading's profile hook before ours
         self._pid = os.getpid()
         self._opener = threading.get_ident()
         self._hook = self._started  # one bound method: threading.getprofile() is compared with it
 
     def start(self) -> None:
-        self.existing = {t.ident: (t.name, t.native_id, _scheduled(t.native_id))
-                         for t in _python_threads() if t.ident != self._opener}
+        self.existing = {}
+        for t in _python_threads():
+            code = thread_code(t)
+            if t.ident != self._opener and not is_service(code):
+                self.existing[t.ident] = (t.name, t.native_id, _scheduled(t.native_id), code)
         # Until close says which of them ran: every thread alive now, as a manifest written
         # before then (a run killed meanwhile) may not claim more.
         self.manifest[MANIFEST_KEY] = [self._entry(ident) for ident in self.existing]
@@ -143,23 +173,25 @@ class ThreadHook:
     def _entry(self, ident: int, thread: threading.Thread | None = None) -> dict:
         """A thread alive at open (by its ident), or one started past the hook (`thread`)."""
         if thread is None:
-            name, native_id, _ = self.existing[ident]
-            return {"name": name, "ident": ident, "native_id": native_id, "started": "before"}
-        return {"name": thread.name, "ident": ident, "native_id": thread.native_id, "started": "while open"}
+            name, native_id, _, code = self.existing[ident]
+            return {"name": name, "ident": ident, "native_id": native_id, "code": code, "started": "before"}
+        return {"name": thread.name, "ident": ident, "native_id": thread.native_id, "code": thread_code(thread),
+                "started": "while open"}
 
     def _unrecorded(self) -> list[dict]:
         """Entries of the threads not reached that ran while open: alive before it opened, or
         started past the hook; a thread alive now that the kernel never saw run is left out."""
         alive = {t.ident: t for t in _python_threads()}
         found = []
-        for ident, (_, native_id, before) in self.existing.items():
+        for ident, (_, native_id, before, _) in self.existing.items():
             if ident in self.reached:  # started just before open, its hook run after
                 continue
             if ident in alive and before is not None and _scheduled(native_id) == before:
                 continue  # never ran while open
             found.append(self._entry(ident))
         for ident, thread in alive.items():
-            if ident != self._opener and ident not in self.existing and ident not in self.reached:
+            if ident != self._opener and ident not in self.existing and ident not in self.reached \
+                    and not is_service(thread_code(thread)):
                 found.append(self._entry(ident, thread))
         return found
 
