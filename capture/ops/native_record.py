@@ -76,14 +76,15 @@ def _in_order(appends, expected: dict, names: tuple, what: str) -> tuple:
 def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_appends):
     """The compiled per-op record (capture/native/record/) bound to this recording's buffers,
     registry and interning tables, or None where it does not apply: no extension, the fast
-    path `native_record` switched off, or a recording whose per-op work it does not do
-    (statistics kept on the device, or taken by the Python scan). `calls` and `wheres`:
+    path `native_record` switched off, or a recording whose statistics the Python scan takes
+    (fast path `native_statistics` off). Statistics kept on the device (a device tensor's, and
+    every one's under defer_statistics) it takes through the registry's pend_row, so a CPU run
+    with defer_statistics=True records through the code a GPU run does. `calls` and `wheres`:
     OpLog's interning of call and $where tuples; `event_appends`: its bound appends of the
     events columns, in its order; `use_appends`: those of event_tensors' run value and run
     length (capture/store/table_buffer.py BUFFER_RUNS), then of its per-row $slot and tensor_id.
     Both are checked against the record's EVENT_COLUMNS and USE_COLUMNS."""
-    if not native.AVAILABLE or "native_record" not in context.fast_paths or context.defer_statistics \
-            or not context.registry.native_scan:
+    if not native.AVAILABLE or "native_record" not in context.fast_paths or not context.registry.native_scan:
         return None
     registry = context.registry
     tables = context.writer.tables
@@ -122,6 +123,7 @@ def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_ap
         flush_rows=context.writer.flush_rows, interned_kwargs=arguments._interned_kwargs,
         kwargs_json=arguments.kwargs_json, kwarg_types=tuple(arguments._TAGGED_TYPES),
         seq_counter=context.seq_counter, tensor_ids=registry.tensor_ids, uids=registry.uids,
+        defer=bool(context.defer_statistics), pend_row=registry.pend_row,
     )
     # Every described tensor's weakref callback, the Python path's too: the same rows, in C.
     registry._freed = recorder.freed

@@ -4,8 +4,9 @@ The statistics each shipped rule needs of an op's values (conv taps, GEMM sums, 
 NeuroBench's scalars), under the conditions STATISTICS gives (0/1 operands,
 forward only), and the packed 0/1 inputs a user asked to keep. On CPU read at once; on a
 device kept there and fetched once per flush (resolve_pending), so capture adds no per-op
-host sync: a condition on a device value (is the weight 0/1?) is then checked at flush and
-its statistic dropped if it did not hold.
+host sync: a condition on a device value (is the weight 0/1? is the operand, whose statistics
+are pending too, 0/1?) is then checked at flush and its statistic dropped if it did not hold,
+so a device run keeps exactly the rows a CPU run keeps.
 """
 
 from __future__ import annotations
@@ -39,10 +40,15 @@ class OpScalars:
         # energy models read them, and they need level "synaptic"); the NeuroBench ones
         # (condition "forward"), which serve its convention at any level, are still taken.
         self._spike_scalars = context.value_statistics != "none"
-        # (row, value, valid): a statistic still on the device, and the 0-dim bool saying
-        # whether its condition held (None: it did), both fetched at the next flush.
-        self.pending_stats: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
-        self.pending_packed: list[tuple[int, torch.Tensor]] = []
+        # (row, value, valid, operands): a statistic whose value or condition is still on the
+        # device: its value (a tensor fetched at the next flush, or a float), the 0-dim bool
+        # saying whether the weight was 0/1 (None: no such check), and the PendingStats of the
+        # operands its condition needs 0/1 (resolved by the registry's flush hook, which runs
+        # before this one).
+        self.pending_stats: list[tuple[int, object, torch.Tensor | None, tuple]] = []
+        # (row, bits still on the device or None, the pending statistics of an operand whose 0/1-ness
+        # is checked at flush or None)
+        self.pending_packed: list[tuple[int, torch.Tensor | None, object]] = []
         # The both-binary check of a weight: (id, version) -> is01 on CPU, or the 0-dim bool
         # computing it on a device; on a device, (id, shape) -> is01 as last fetched.
         self._weight_binary: dict[tuple[int, int], bool | torch.Tensor] = {}
@@ -75,7 +81,8 @@ class OpScalars:
         # Each operand's (nnz, is01) as the record just described it (None: not known now, on a
         # device) and whether it is 0/1: True/False when known, None when not, False for no tensor.
         values = [args[o.position] if len(args) > o.position else None for o in operands]
-        stats_of = self.context.registry.stats_of
+        registry = self.context.registry
+        stats_of = registry.stats_of
         known = [stats_of(t) if isinstance(t, torch.Tensor) else None for t in values]
         flags = [(None if stats is None else bool(stats[1])) if isinstance(t, torch.Tensor) else False
                  for t, stats in zip(values, known)]
@@ -86,7 +93,15 @@ class OpScalars:
         holds = {"forward": torch._C._current_graph_task_id() == -1,  # outside backward, whatever the values
                  "x_binary": spike and False not in flags[:1], "both_binary": spike and False not in flags}
         taken = [stat for stat in statistic_names if holds[_CONDITIONS[stat]]]
-        packed = [position for position, flag in zip(SYNAPTIC_INPUTS[name], flags) if flag is not False] \
+        # The operands whose 0/1-ness a taken statistic's condition needs but which are still
+        # pending on the device: checked at flush (resolve_pending).
+        unknown = {} if None not in flags else {
+            condition: tuple(s for s in (registry.pending_of(t) for t, flag in zip(values[:count], flags)
+                                         if flag is None) if s is not None)
+            for condition, count in (("x_binary", 1), ("both_binary", len(values)))}
+        # (position, the operand's pending statistics: its 0/1-ness checked at flush, or None)
+        packed = [(position, registry.pending_of(t) if flag is None else None)
+                  for position, flag, t in zip(SYNAPTIC_INPUTS[name], flags, values) if flag is not False] \
             if self.context.keep_binary_inputs else []
         if not taken and not packed:
             return
@@ -102,12 +117,13 @@ class OpScalars:
             try:
                 torch._C._set_grad_enabled(False)
                 begin_op(flags, "native_operand_statistics" in self.context.fast_paths, known)
-                self._take(name, seq, args, out, operands, taken, flags, packed)
+                self._take(name, seq, args, out, operands, taken, flags, packed, unknown)
             finally:
                 end_op()
                 torch._C._set_grad_enabled(grad_enabled)
 
-    def _take(self, name: str, seq: int, args, out, operands, taken: list, flags: list, packed: list) -> None:
+    def _take(self, name: str, seq: int, args, out, operands, taken: list, flags: list, packed: list,
+              unknown: dict) -> None:
         """The statistics and packed inputs take() decided on, each row appended whole."""
         for stat in taken:
             # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
@@ -125,29 +141,28 @@ class OpScalars:
                         value = STATISTIC_FUNCTIONS[stat](args, out)
                     except Warning:  # torch warned and the user's filter made it an error
                         value = ignoring_warnings(STATISTIC_FUNCTIONS[stat], args, out)
-                self._append_stat(seq, stat, value, valid)
+                self._append_stat(seq, stat, value, valid, unknown.get(_CONDITIONS[stat], ()))
             except Exception as exc:  # noqa: BLE001 - see the module docstring
                 self.context.report_failure("statistics", f"{stat} of {name}", exc, seq)
-        for position in packed:
+        for position, condition in packed:
             try:
-                self._append_packed(seq, position, args[position])
+                self._append_packed(seq, position, args[position], condition)
             except Exception as exc:  # noqa: BLE001
                 self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
 
-    def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None) -> None:
+    def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None,
+                     operands: tuple = ()) -> None:
         columns = self.op_stats
-        pending = isinstance(value, torch.Tensor) and (value.device.type != "cpu" or self.context.defer_statistics)
-        if not pending:
+        on_device = isinstance(value, torch.Tensor) and (value.device.type != "cpu" or self.context.defer_statistics)
+        if not on_device:
             value = float(value)  # before any append: a failure here leaves no partial row
         columns["seq"].append(seq)
         columns["stat"].append(stat)
-        if pending:
-            self.pending_stats.append((len(columns["value"]), value, valid))
-            columns["value"].append(None)
-        else:
-            columns["value"].append(value)
+        if on_device or valid is not None or operands:
+            self.pending_stats.append((len(columns["value"]), value, valid, operands))
+        columns["value"].append(None if on_device else value)
 
-    def _append_packed(self, seq: int, position: int, t: torch.Tensor) -> None:
+    def _append_packed(self, seq: int, position: int, t: torch.Tensor, condition=None) -> None:
         columns = self.packed
         tensor_id = self.context.registry.entries[id(t)][2]
         bits = pack_bits(t)
@@ -157,8 +172,8 @@ class OpScalars:
         columns["tensor_id"].append(tensor_id)
         columns["position"].append(position)
         columns["shape"].append(t.shape)
-        if pending:
-            self.pending_packed.append((len(columns["bits"]), bits))
+        if pending or condition is not None:
+            self.pending_packed.append((len(columns["bits"]), bits if pending else None, condition))
         columns["bits"].append(data)
 
     def resolve_pending(self, _writer=None) -> None:
@@ -166,14 +181,19 @@ class OpScalars:
         inputs, one transfer per device (a before-flush hook); drop statistics whose
         condition did not hold."""
         by_device: dict[torch.device, list] = {}
-        for row, value, valid in self.pending_stats:
-            by_device.setdefault(value.device, []).append((row, value, valid))
         dropped = set()
+        for row, value, valid, operands in self.pending_stats:
+            if any(s.is01 is False for s in operands):  # an operand's values were not 0/1 after all
+                dropped.add(row)
+            elif isinstance(value, torch.Tensor) or valid is not None:
+                device = (value if isinstance(value, torch.Tensor) else valid).device
+                by_device.setdefault(device, []).append((row, value, valid))
         with excluded_from_modes():
-            for items in by_device.values():
-                ones = items[0][1].new_ones((), dtype=torch.float64)
-                fetched = torch.stack([v.double() for _, v, _ in items] + [
-                    ones if valid is None else valid.double() for _, _, valid in items]).cpu().tolist()
+            for device, items in by_device.items():
+                ones = torch.ones((), dtype=torch.float64, device=device)
+                fetched = torch.stack([v.double() if isinstance(v, torch.Tensor) else ones.new_tensor(v)
+                                       for _, v, _ in items] +
+                                      [ones if valid is None else valid.double() for _, _, valid in items]).cpu().tolist()
                 for (row, _, _), value, holds in zip(items, fetched, fetched[len(items):]):
                     self.op_stats["value"][row] = value
                     if not holds:
@@ -186,11 +206,15 @@ class OpScalars:
             for items in checks.values():
                 for (key, _), binary in zip(items, torch.stack([flag for _, flag in items]).cpu().tolist()):
                     self._weight_fetched[key] = bool(binary)
-            for row, bits in self.pending_packed:
-                self.packed["bits"][row] = bits_bytes(bits.cpu())
-        if dropped:
-            for column in self.op_stats.values():
-                kept = [v for i, v in enumerate(column) if i not in dropped]
+            dropped_packed = set()
+            for row, bits, condition in self.pending_packed:
+                if condition is not None and condition.is01 is False:  # not 0/1 after all
+                    dropped_packed.add(row)
+                elif bits is not None:
+                    self.packed["bits"][row] = bits_bytes(bits.cpu())
+        for table, rows in ((self.op_stats, dropped), (self.packed, dropped_packed)):
+            for column in table.values() if rows else ():
+                kept = [v for i, v in enumerate(column) if i not in rows]
                 column[:] = array(column.typecode, kept) if isinstance(column, array) else kept
         self.pending_stats.clear()
         self.pending_packed.clear()

@@ -9,8 +9,9 @@ only after the op returned), so every row shows what an op really saw.
 Value statistics (nnz, is01) are taken with the Python dispatch key excluded, so no mode
 (ours or the user's) sees these extra ops. On CPU they are read at once: `.item()` is no
 device sync there, and a first-element check skips the second scan for most non-binary
-tensors. On other devices they stay on the device as 0-dim tensors and are fetched in one
-batch per flush, so capture adds no per-op host sync.
+tensors. On other devices (and on CPU under defer_statistics) the device writes them into slots
+of a preallocated buffer, fetched in one transfer per flush (capture/tensors/device_statistics.py),
+so capture adds no per-op host sync.
 
 Statistics never touch a user tensor's storage: no `.numpy()` on it, which would mark its
 storage non-resizable for good (FSDP2 frees parameters with `resize_(0)`, `out=` ops resize
@@ -32,6 +33,7 @@ import torch
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
+from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots
 from spiketrace.capture.tensors.value_counts import ignoring_warnings, immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -99,28 +101,6 @@ def has_values(t: torch.Tensor) -> bool:
 _SKIPPED = tuple([None, None])
 
 
-class PendingStats:
-    """nnz/is01 of a non-CPU tensor, still on its device until the next flush."""
-
-    __slots__ = ("nnz", "is01", "_nnz_tensor", "_ones_tensor", "_source", "_scale")
-
-    def __init__(self, nnz_tensor=None, ones_tensor=None, source=None, scale=1):
-        self.nnz = None
-        self.is01 = None
-        self._nnz_tensor, self._ones_tensor = nnz_tensor, ones_tensor
-        self._source, self._scale = source, scale
-
-    def resolve(self, fetched: dict[int, tuple[int, int]]) -> None:
-        if self._source is not None:
-            nnz, is01 = self._source.nnz, self._source.is01
-            self.nnz = None if nnz is None else nnz * self._scale
-            self.is01 = is01
-        else:
-            nnz, ones = fetched[id(self)]
-            self.nnz, self.is01 = nnz, (ones == nnz) if ones is not None else True
-        self._nnz_tensor = self._ones_tensor = self._source = None
-
-
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # no subclass __torch_dispatch__ behind tolist()
 
 class TensorRegistry:
@@ -158,6 +138,7 @@ class TensorRegistry:
         # (row number since the buffer began, stats) to fill at flush: a row appended while a
         # flush writes stays buffered, so its index shifts by what the flush drops (rows.dropped)
         self.pending: list[tuple[int, PendingStats]] = []
+        self.slots = StatisticSlots()  # where the device writes them
         # The next uid and tensor id to give (counters the compiled record advances in C).
         self.uids = new_counter()
         self.tensor_ids = new_counter()
@@ -259,9 +240,7 @@ class TensorRegistry:
                     return scan(t)
             with excluded_from_modes():
                 values = t.dequantize() if t.is_quantized else t  # the values a quantized tensor reads as
-                nnz = torch.count_nonzero(values)
-                ones = None if t.dtype is torch.bool else torch.count_nonzero(values == 1)
-                return PendingStats(nnz, ones)
+                return self.slots.take(values)
         except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/store/failures.py)
             if isinstance(exc, Warning):  # torch warned and the user's filter made it an error
                 return ignoring_warnings(self._statistics, t, seq)
@@ -322,6 +301,22 @@ class TensorRegistry:
         if pending:
             self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
 
+    def pend_row(self, t: torch.Tensor, seq: int, stats: "PendingStats | None"):
+        """The compiled record's device statistics for the row it just appended (nulls until
+        flush): `stats` a state's pending ones it reuses (only requires_grad changed), else taken
+        now on t's device. Noted for resolve_pending as _write_row notes the Python path's;
+        returns what the entry keeps (PendingStats, or (None, None) where none could be taken)."""
+        if stats is None:
+            stats = self._statistics(t, seq)
+        if isinstance(stats, PendingStats):
+            self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
+        return stats
+
+    def pending_of(self, t: torch.Tensor) -> "PendingStats | None":
+        """The statistics of `t`'s described state where they are still pending on its device."""
+        entry = self.entries.get(id(t))
+        return entry[5] if entry is not None and isinstance(entry[5], PendingStats) else None
+
     def stats_of(self, t: torch.Tensor):
         """(nnz, is01) of `t`'s described state if known now (CPU), else None."""
         entry = self.entries.get(id(t))
@@ -333,24 +328,14 @@ class TensorRegistry:
     def resolve_pending(self, _writer=None) -> None:
         """Fetch every pending device statistic in one transfer per device and fill the rows."""
         if not self.pending:
+            self.slots.used.clear()  # slots of states whose rows were never written: free again
             return
-        direct = [s for _, s in self.pending if s._source is None and s.nnz is None]
-        fetched: dict[int, tuple[int, int]] = {}
-        by_device: dict[torch.device, list[PendingStats]] = {}
-        for stats in direct:
-            by_device.setdefault(stats._nnz_tensor.device, []).append(stats)
-        for device, group in by_device.items():
-            with excluded_from_modes():
-                nnz = torch.stack([s._nnz_tensor for s in group]).cpu().tolist()
-                ones = torch.stack(
-                    [s._ones_tensor if s._ones_tensor is not None else s._nnz_tensor for s in group]
-                ).cpu().tolist()
-            for stats, n, o in zip(group, nnz, ones):
-                fetched[id(stats)] = (n, o if stats._ones_tensor is not None else None)
+        with excluded_from_modes():
+            fetched = self.slots.fetch()
         c, dropped = self.rows.columns, self.rows.dropped
         for row, stats in self.pending:
-            if stats.nnz is None and (stats._nnz_tensor is not None or stats._source is not None):
-                stats.resolve(fetched)
+            if stats.device is not None:  # not resolved yet (a state's stats may fill several rows)
+                stats.resolve(fetched[stats.device])
             index = row - dropped
             if index < 0:  # its row was discarded (a failed flush drops what it buffered)
                 continue

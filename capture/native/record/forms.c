@@ -1,6 +1,8 @@
 /* Phase 1 of the compiled record for a tensor whose state is new (record/state.c): its
- * statistics, read from its memory by the one-pass scan where no rule gave them, and its row's
- * interned $form (capture/tensors/registry.py _write_row's, for a plain CPU strided tensor). */
+ * statistics, read from its memory by the one-pass scan where no rule gave them (a CPU tensor's;
+ * a device tensor's, and every one's under defer_statistics, are taken on the device at write),
+ * and its row's interned $form (capture/tensors/registry.py _write_row's, for a plain strided
+ * tensor on any device). */
 #include "record/record.h"
 
 /* A row kind member's index: a form's members from FORM_DTYPE on are its row kind. */
@@ -81,19 +83,30 @@ static PyObject *cache(PyObject **slot) {
     return *slot;
 }
 
-/* A CPU tensor's kind (dtype name, element size, device string), a new reference: by its
- * dtype alone, every CPU tensor's device being the same; the registry's (dtype, device)
- * table, or its kind_of, the first time a dtype is met. */
-static PyObject *cpu_kind(OpRecorder *self, PyObject *t, PyObject *dtype) {
-    PyObject *kinds = cache(&self->cpu_kinds);
+/* A state's kind (dtype name, element size, device string), a new reference: a CPU state's by
+ * its dtype alone, every CPU tensor's device being the same, a device state's by (dtype,
+ * device) (`device` not NULL); the registry's (dtype, device) table, or its kind_of, the first
+ * time one is met. */
+static PyObject *state_kind(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *device) {
+    PyObject *kinds = cache(&self->state_kinds);
     if (kinds == NULL) return NULL;
-    PyObject *kind = PyDict_GetItemWithError(kinds, dtype);
-    if (kind != NULL) return Py_NewRef(kind);
-    if (PyErr_Occurred()) return NULL;
-    PyObject *device = tensor_attribute(t, TENSOR_DEVICE);
-    PyObject *kind_key = device ? PyTuple_Pack(2, dtype, device) : NULL;
-    Py_XDECREF(device);
-    if (kind_key == NULL) return NULL;
+    PyObject *own_key = device == NULL ? Py_NewRef(dtype) : PyTuple_Pack(2, dtype, device);
+    if (own_key == NULL) return NULL;
+    PyObject *kind = PyDict_GetItemWithError(kinds, own_key);
+    if (kind != NULL || PyErr_Occurred()) {
+        Py_DECREF(own_key);
+        return Py_XNewRef(kind);
+    }
+    PyObject *kind_key = device != NULL ? Py_NewRef(own_key) : NULL;
+    if (kind_key == NULL) {
+        PyObject *cpu = tensor_attribute(t, TENSOR_DEVICE);
+        kind_key = cpu ? PyTuple_Pack(2, dtype, cpu) : NULL;
+        Py_XDECREF(cpu);
+    }
+    if (kind_key == NULL) {
+        Py_DECREF(own_key);
+        return NULL;
+    }
     kind = PyDict_GetItemWithError(self->kinds, kind_key);
     Py_DECREF(kind_key);
     if (kind != NULL) Py_INCREF(kind);
@@ -102,25 +115,28 @@ static PyObject *cpu_kind(OpRecorder *self, PyObject *t, PyObject *dtype) {
         PyErr_SetString(PyExc_TypeError, "OpRecorder: a tensor kind must be a 3-tuple");
         Py_CLEAR(kind);
     }
-    if (kind != NULL && PyDict_SetItem(kinds, dtype, kind) < 0) Py_CLEAR(kind);
+    if (kind != NULL && PyDict_SetItem(kinds, own_key, kind) < 0) Py_CLEAR(kind);
+    Py_DECREF(own_key);
     return kind;
 }
 
-/* The interned row kind of a CPU state (registry.py _write_row's, is_meta False), a new
- * reference, keyed by (dtype, requires_grad, parameter name): a dtype hashes by identity, where
- * the registry's (dtype, device) key hashes a torch.device, a much longer lookup. */
-static PyObject *cpu_row_kind(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *requires_grad,
-                              PyObject *name) {
-    PyObject *row_kinds = cache(&self->cpu_row_kinds), *forms = cache(&self->cpu_forms);
+/* The interned row kind of a state (registry.py _write_row's, is_meta False), a new reference,
+ * keyed by (dtype, requires_grad, parameter name), and a device state's by its device too
+ * (`device` not NULL): a dtype hashes by identity, where the registry's (dtype, device) key
+ * hashes a torch.device, a longer lookup a CPU state need not make. */
+static PyObject *state_row_kind(OpRecorder *self, PyObject *t, PyObject *dtype, PyObject *requires_grad,
+                                PyObject *name, PyObject *device) {
+    PyObject *row_kinds = cache(&self->state_row_kinds), *forms = cache(&self->state_forms);
     if (row_kinds == NULL || forms == NULL) return NULL;
-    PyObject *key = PyTuple_Pack(3, dtype, requires_grad, name);
+    PyObject *key = device == NULL ? PyTuple_Pack(3, dtype, requires_grad, name)
+                                   : PyTuple_Pack(4, dtype, requires_grad, name, device);
     if (key == NULL) return NULL;
     PyObject *row_kind = PyDict_GetItemWithError(row_kinds, key);
     if (row_kind != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
         return Py_XNewRef(row_kind);
     }
-    PyObject *kind = cpu_kind(self, t, dtype);
+    PyObject *kind = state_kind(self, t, dtype, device);
     if (kind == NULL) {
         Py_DECREF(key);
         return NULL;
@@ -145,12 +161,12 @@ static PyObject *cpu_row_kind(OpRecorder *self, PyObject *t, PyObject *dtype, Py
     return row_kind;
 }
 
-/* The interned form (shape, stride, offset, numel, *row kind) of a CPU state, a new reference,
- * keyed by (shape, stride, offset, id(row kind)): the row kind is interned in cpu_row_kinds,
+/* The interned form (shape, stride, offset, numel, *row kind) of a state, a new reference,
+ * keyed by (shape, stride, offset, id(row kind)): the row kind is interned in state_row_kinds,
  * which lets go of one only together with every form keyed by it. */
-static PyObject *cpu_form(OpRecorder *self, PyObject *shape, PyObject *stride, PyObject *offset, int64_t numel,
+static PyObject *state_form(OpRecorder *self, PyObject *shape, PyObject *stride, PyObject *offset, int64_t numel,
                           PyObject *row_kind) {
-    PyObject *forms = self->cpu_forms, *identity = PyLong_FromVoidPtr(row_kind);
+    PyObject *forms = self->state_forms, *identity = PyLong_FromVoidPtr(row_kind);
     PyObject *key = identity ? PyTuple_Pack(4, shape, stride, offset, identity) : NULL;
     Py_XDECREF(identity);
     if (key == NULL) return NULL;
@@ -175,21 +191,25 @@ static PyObject *cpu_form(OpRecorder *self, PyObject *shape, PyObject *stride, P
     return form;
 }
 
-/* 1 where t is a plain CPU strided tensor that is not meta (the states this record reads), 0
- * not, -1 error. */
-static int plain_cpu_strided(OpRecorder *self, PyObject *t) {
+/* How this record reads a state: READ_NOW a plain strided CPU tensor (its statistics scanned
+ * here, under defer_statistics taken at write as a device's), READ_ON_DEVICE one on another
+ * device (never scanned here: its memory is not the host's), 0 where the Python path describes
+ * it (a subclass, another layout, meta), -1 error. */
+enum { READ_NOW = 1, READ_ON_DEVICE = 2 };
+static int state_reading(OpRecorder *self, PyObject *t) {
     if (!is_plain_tensor(self, t)) return 0;
-    PyObject *v = tensor_attribute(t, TENSOR_IS_CPU);
+    PyObject *v = tensor_attribute(t, TENSOR_LAYOUT);
     if (v == NULL) return -1;
-    int cpu = v == Py_True;
-    Py_DECREF(v);
-    if ((v = tensor_attribute(t, TENSOR_LAYOUT)) == NULL) return -1;
     int strided = v == self->strided;
     Py_DECREF(v);
     if ((v = tensor_attribute(t, TENSOR_IS_META)) == NULL) return -1;
     int meta = v == Py_True;
     Py_DECREF(v);
-    return cpu && strided && !meta;
+    if (!strided || meta) return 0;
+    if ((v = tensor_attribute(t, TENSOR_IS_CPU)) == NULL) return -1;
+    int cpu = v == Py_True;
+    Py_DECREF(v);
+    return cpu ? READ_NOW : READ_ON_DEVICE;
 }
 
 /* The state's storage pointer: data_ptr less the offset's bytes, or (no element to point at)
@@ -224,14 +244,20 @@ static int data_pointer(PyObject *t, int64_t numel, long long *data_ptr) {
     return PyErr_Occurred() ? -1 : 1;
 }
 
-int new_state(OpRecorder *self, Facts *f) {
+/* Phase 1 for a new state: its statistics where known now (a scan of a CPU tensor's memory
+ * where no rule gave them, DEFERRED where they are taken on the device at write) and its row's
+ * form. `python_if_scanned`: an output whose rule runs in Python and whose scan would cost more
+ * than that path, sent there unless it is not scanned here. 1 ready, 0 Python's, -1 error. */
+int new_state(OpRecorder *self, Facts *f, int python_if_scanned) {
     PyObject *t = f->tensor;
-    int readable = plain_cpu_strided(self, t);
-    if (readable <= 0) return readable;
+    int reading = state_reading(self, t);
+    if (reading <= 0) return reading;
+    int on_device = reading == READ_ON_DEVICE, deferred = on_device || self->defer == Py_True;
+    if (f->stats == NULL && !deferred && python_if_scanned) return 0;
     int64_t numel = shape_numel(f->shape);
     if (numel < 0) return -1;
     int result = -1;
-    PyObject *stride = NULL, *offset_object = NULL, *dtype = NULL, *row_kind = NULL;
+    PyObject *stride = NULL, *offset_object = NULL, *dtype = NULL, *row_kind = NULL, *device = NULL;
     long long data_ptr = 0, offset;
     if ((stride = PyObject_CallMethodNoArgs(t, s_stride)) == NULL) goto done;
     if ((offset_object = PyObject_CallMethodNoArgs(t, s_storage_offset)) == NULL) goto done;
@@ -239,7 +265,9 @@ int new_state(OpRecorder *self, Facts *f) {
     if (PyErr_Occurred() || (result = data_pointer(t, numel, &data_ptr)) <= 0) goto done;
     result = -1;
     if ((dtype = tensor_attribute(t, TENSOR_DTYPE)) == NULL) goto done;
-    if (f->stats == NULL) { /* no rule gave them: a scan */
+    if (f->stats == NULL && deferred) {
+        f->stats = Py_NewRef(DEFERRED);
+    } else if (f->stats == NULL) { /* no rule gave them: a scan */
         f->stats = scan_tensor(self, t, dtype, f->shape, stride, offset, data_ptr, numel);
         if (f->stats == NULL) {
             result = PyErr_Occurred() ? -1 : 0;
@@ -248,10 +276,13 @@ int new_state(OpRecorder *self, Facts *f) {
     }
     PyObject *name = PyDict_GetItemWithError(self->parameter_names, f->key);
     if (name == NULL && PyErr_Occurred()) goto done;
-    row_kind = cpu_row_kind(self, t, dtype, f->requires_grad ? Py_True : Py_False, name != NULL ? name : Py_None);
+    if (on_device && (device = tensor_attribute(t, TENSOR_DEVICE)) == NULL) goto done;
+    row_kind = state_row_kind(self, t, dtype, f->requires_grad ? Py_True : Py_False, name != NULL ? name : Py_None,
+                              device);
     if (row_kind == NULL || storage_of(self, f, numel, data_ptr, offset, row_kind) < 0) goto done;
-    if ((f->form = cpu_form(self, f->shape, stride, offset_object, numel, row_kind)) != NULL) result = 1;
+    if ((f->form = state_form(self, f->shape, stride, offset_object, numel, row_kind)) != NULL) result = 1;
 done:
+    Py_XDECREF(device);
     Py_XDECREF(row_kind);
     Py_XDECREF(dtype);
     Py_XDECREF(offset_object);

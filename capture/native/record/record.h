@@ -33,6 +33,11 @@ typedef struct {
     PyObject *thread_index, *scope_id, *storage_pointer;
     PyObject *seq_counter, *tensor_ids, *uids; /* the context's and the registry's Counters */
     PyObject *level; /* a Level: every state, the wanted operands only, none */
+    /* Statistics kept on the device until flush: a device tensor's always, a CPU tensor's too
+     * where `defer` is True (defer_statistics: a CPU run takes the device path). pend_row(t,
+     * seq, stats) is TensorRegistry.pend_row: it takes them (stats None) or reuses a state's
+     * pending ones, and notes the row just appended for the flush to fill. */
+    PyObject *defer, *pend_row;
     PyObject *free_appends, *snapshot_memories, *event_seqs, *maybe_flush, *flush_rows;
     PyObject *context_key, *stage_tuple, *where_tuple; /* the last event's context key and its two tuples */
     /* The tracker generation (the object event_context last read) whose active stateful neurons
@@ -43,10 +48,11 @@ typedef struct {
     unsigned long thread_ident;           /* the thread whose index is cached */
     PyObject *thread_value;               /* its index */
     PyObject *scope_generation, *scope_value; /* the tracker generation whose scope id is cached */
-    /* A CPU state's row parts, keyed by what is cheap to hash (record/forms.c cpu_form): dtype ->
-     * kind; (dtype, requires_grad, name) -> row kind; (shape, stride, offset, id(row kind)) ->
-     * form. Created at first use, cleared with their limits. */
-    PyObject *cpu_kinds, *cpu_row_kinds, *cpu_forms;
+    /* A state's row parts, keyed by what is cheap to hash (record/forms.c state_form): dtype
+     * (a CPU state's) or (dtype, device) -> kind; (dtype, requires_grad, name[, device]) -> row
+     * kind; (shape, stride, offset, id(row kind)) -> form. Created at first use, cleared with
+     * their limits. */
+    PyObject *state_kinds, *state_row_kinds, *state_forms;
 } OpRecorder;
 
 /* The names the record reads off Python objects, interned once (record/reads.c, which exports
@@ -67,7 +73,8 @@ typedef struct {
     PyObject *key;          /* id(tensor), new reference */
     PyObject *entry;        /* new reference (a large scan releases the GIL), or NULL */
     PyObject *shape;        /* new reference */
-    PyObject *stats;        /* new reference: (nnz, is01) of a new state, NULL for a known one */
+    PyObject *stats;        /* new reference: (nnz, is01) of a new state, DEFERRED or a PendingStats
+                             * (statistics kept on the device), NULL for a known one */
     PyObject *form;         /* new reference, new states only */
     long long version, storage;
     int requires_grad, written, known, same_as; /* same_as: index of an earlier equal tensor, or -1 */
@@ -113,7 +120,10 @@ int write_state(OpRecorder *self, Facts *f, long long seq);
 PyObject *OpRecorder_freed(OpRecorder *self, PyObject *ref);
 
 /* record/forms.c: phase 1 for a tensor whose state is new (1 ready, 0 Python's, -1 error) */
-int new_state(OpRecorder *self, Facts *f);
+/* A new state's statistics to take on its device at write (record/state.c write_state): a
+ * marker no statistics tuple or PendingStats can be. */
+#define DEFERRED Py_Ellipsis
+int new_state(OpRecorder *self, Facts *f, int python_if_scanned);
 
 /* record/counter.c: take a Counter's value and advance it (-1 with an exception set), or read
  * it (a new reference) */

@@ -21,7 +21,7 @@ static const struct {
     FIELD(graph_task_id), FIELD(in_recomputation), FIELD(dispatch_depth), FIELD(thread_index), FIELD(scope_id),
     FIELD(storage_pointer), FIELD(level), FIELD(free_appends), FIELD(snapshot_memories), FIELD(event_seqs),
     FIELD(maybe_flush), FIELD(flush_rows), FIELD(interned_kwargs), FIELD(kwargs_json), FIELD(kwarg_types),
-    FIELD(seq_counter), FIELD(tensor_ids), FIELD(uids),
+    FIELD(seq_counter), FIELD(tensor_ids), FIELD(uids), FIELD(defer), FIELD(pend_row),
 };
 #define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
 #define SLOT(self, i) ((PyObject **)((char *)(self) + FIELDS[i].offset))
@@ -49,6 +49,10 @@ static int check_fields(OpRecorder *self) {
             PyErr_SetString(PyExc_TypeError, "OpRecorder: its tables must be dicts");
             return -1;
         }
+    }
+    if (!PyBool_Check(self->defer) || !PyCallable_Check(self->pend_row)) {
+        PyErr_SetString(PyExc_TypeError, "OpRecorder: defer must be a bool and pend_row callable");
+        return -1;
     }
     long level = PyLong_CheckExact(self->level) ? PyLong_AsLong(self->level) : -1;
     if (level < 0 || level >= LEVELS) {
@@ -91,7 +95,7 @@ static int OpRecorder_init(OpRecorder *self, PyObject *args, PyObject *kwargs) {
 #define CACHES(self)                                                                                         \
     {&(self)->context_key, &(self)->stage_tuple, &(self)->where_tuple, &(self)->stateful_seen,             \
      &(self)->stateful_list, &(self)->thread_value, &(self)->scope_generation, &(self)->scope_value,        \
-     &(self)->cpu_kinds, &(self)->cpu_row_kinds, &(self)->cpu_forms}
+     &(self)->state_kinds, &(self)->state_row_kinds, &(self)->state_forms}
 #define N_CACHES 11
 
 static int OpRecorder_traverse(OpRecorder *self, visitproc visit, void *arg) {

@@ -99,8 +99,9 @@ static int known_state(OpRecorder *self, Facts *f, int take) {
         f->tensor_id = PyLong_AsLongLong(e[ENTRY_TENSOR_ID]);
         return PyErr_Occurred() ? -1 : STATE_KNOWN;
     }
-    /* only requires_grad changed: a new row with the statistics already taken */
-    if (!PyTuple_CheckExact(e[ENTRY_STATS]) || PyTuple_GET_SIZE(e[ENTRY_STATS]) != 2) return STATE_PYTHON;
+    /* only requires_grad changed: a new row with the statistics already taken, or pending on the
+     * device (a PendingStats: the registry's entries hold a 2-tuple or one of those) */
+    if (PyTuple_CheckExact(e[ENTRY_STATS]) && PyTuple_GET_SIZE(e[ENTRY_STATS]) != 2) return STATE_PYTHON;
     f->stats = Py_NewRef(e[ENTRY_STATS]);
     return STATE_NEW;
 }
@@ -115,25 +116,42 @@ int tensor_facts(OpRecorder *self, Facts *f, PyObject *written_positions, PyObje
     int state = known_state(self, f, take);
     if (state != STATE_NEW) return state;
     if (f->stats == NULL && !take) f->stats = Py_NewRef(self->skipped); /* described, not scanned */
+    int python_if_scanned = 0;
     if (f->stats == NULL && inherit != NULL) { /* an output to scan: what its rule gives instead */
         int64_t numel = shape_numel(f->shape);
         if (numel < 0 || inherited_stats(inherit, numel, &f->stats) < 0) return -1;
-        if (f->stats == NULL && inherit->source_stats == NULL && inherit->to_python && numel >= PYTHON_RULE_FROM)
-            return 0;
+        python_if_scanned = f->stats == NULL && inherit->source_stats == NULL && inherit->to_python &&
+                            numel >= PYTHON_RULE_FROM;
     }
-    return new_state(self, f);
+    return new_state(self, f, python_if_scanned);
 }
 
-/* A new state's tensors row (registry.py ROW_COLUMNS). */
+/* A new state's tensors row (registry.py ROW_COLUMNS): statistics pending on the device are
+ * null until the flush fills them (registry.py resolve_pending). */
 static int append_row(OpRecorder *self, Facts *f, long long tensor_id, long long uid, long long seq) {
     PyObject *a = self->row_appends;
+    int pending = !PyTuple_CheckExact(f->stats);
     return append_long(a, ROW_TENSOR_ID, tensor_id) < 0 || append_long(a, ROW_UID, uid) < 0 ||
                    append_long(a, ROW_VERSION, f->version) < 0 || append_long(a, ROW_FIRST_SEQ, seq) < 0 ||
                    call_append(a, ROW_FORM, f->form) < 0 || append_long(a, ROW_STORAGE, f->storage) < 0 ||
-                   append_or_null(a, ROW_NNZ, PyTuple_GET_ITEM(f->stats, 0)) < 0 ||
-                   append_or_null(a, ROW_IS01, PyTuple_GET_ITEM(f->stats, 1)) < 0
+                   append_or_null(a, ROW_NNZ, pending ? Py_None : PyTuple_GET_ITEM(f->stats, 0)) < 0 ||
+                   append_or_null(a, ROW_IS01, pending ? Py_None : PyTuple_GET_ITEM(f->stats, 1)) < 0
                ? -1
                : 0;
+}
+
+/* After a row with statistics pending on the device: the registry takes them (DEFERRED) or
+ * reuses the state's (a PendingStats) and notes the row for the flush; f->stats becomes what
+ * the entry keeps. 0, or -1 with an exception set. */
+static int pend_statistics(OpRecorder *self, Facts *f, long long seq) {
+    PyObject *seq_object = PyLong_FromLongLong(seq);
+    if (seq_object == NULL) return -1;
+    PyObject *stats = PyObject_CallFunctionObjArgs(self->pend_row, f->tensor, seq_object,
+                                                   f->stats == DEFERRED ? Py_None : f->stats, NULL);
+    Py_DECREF(seq_object);
+    if (stats == NULL) return -1;
+    Py_SETREF(f->stats, stats);
+    return 0;
 }
 
 /* A tensor's first registry entry, its weakref's callback the registry's _freed (ours, or
@@ -173,6 +191,7 @@ int write_state(OpRecorder *self, Facts *f, long long seq) {
         if (uid == -1 && PyErr_Occurred()) return -1;
     }
     if (append_row(self, f, tensor_id, uid, seq) < 0) return -1;
+    if (!PyTuple_CheckExact(f->stats) && pend_statistics(self, f, seq) < 0) return -1;
     PyObject *entry = f->entry != NULL ? f->entry : new_entry(self, f, uid);
     if (entry == NULL) return -1;
     /* an argument the op writes gets the version it will have once the op returned */

@@ -1,0 +1,49 @@
+"""The device path on CPU: with defer_statistics=True a CPU run records through exactly the code
+a GPU run does (the compiled record, every statistic taken on the tensor's device into the
+pending list and fetched at flush), and its trace equals the compiled CPU path's column for
+column on every zoo model. Storage pointers are left out (the allocator's choice, see
+tests/test_fast_paths.py); the counters' numbers, which read them, are compared instead."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.counters import counts
+from spiketrace.capture import Recorder
+from spiketrace.schemas.tables import TABLES
+from tests import zoo
+from tests.test_fast_paths import ORDER
+
+
+def capture(path, case, **options) -> tuple[dict[str, pd.DataFrame], int]:
+    model, x = zoo.build(case)
+    optimizer = torch.optim.Adam(model.parameters())
+    with Recorder(path, model=model, optimizer=optimizer, keep_binary_inputs=True, flush_events=64,
+                  **options) as recorder:
+        zoo.run_steps(recorder, model, x, case, optimizer)
+        compiled = recorder.ops.native.recorded if recorder.ops.native is not None else 0
+    tables = {}
+    with open_trace(path) as trace:
+        for table in TABLES:
+            frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
+            tables[table] = frame.drop(columns=["storage_ptr"], errors="ignore")
+        tables["counts"] = counts(trace).sort_values(["counter", "scope", "op"]).reset_index(drop=True)
+    return tables, compiled
+
+
+@pytest.mark.parametrize("case", zoo.CASES, ids=zoo.CASE_IDS)
+def test_the_device_path_records_what_the_cpu_path_records(tmp_path, case):
+    cpu, cpu_compiled = capture(tmp_path / "cpu", case)
+    device, device_compiled = capture(tmp_path / "device", case, defer_statistics=True)
+    assert device["tensors"]["nnz"].notna().all() or cpu["tensors"]["nnz"].isna().any()
+    # One record path: the deferred run takes the compiled record for the ops the CPU run does
+    # (flush_events=64 flushes the pending statistics many times on the way).
+    assert cpu_compiled > 0 and device_compiled == cpu_compiled
+    for table, frame in cpu.items():
+        try:
+            pd.testing.assert_frame_equal(device[table], frame, check_dtype=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{table} differs on the device path: {exc}") from None
