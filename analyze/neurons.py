@@ -27,6 +27,11 @@ per time step, x the input, S the spike:
 * Norse LIFCell (one step per call) and LIF (every step of a [T, ...] input per call):
   i += x; v += dt * tau_mem_inv * ((v_leak - v) + i); i -= dt * tau_syn_inv * i;
   S = v > v_th; v = (1 - S) * v + S * v_reset: a current-based LIF, state (v, i).
+* Norse LIFRecurrentCell (one step per call) and LIFRecurrent (every step per call): the same
+  LIF (lif_step), with i += W_in x + W_rec z in place of i += x, z the previous step's spikes,
+  kept as a third state tensor. Its two products are F.linear calls inside the neuron: aten
+  GEMMs that every model costs as it costs GEMMs outside a Linear module (so no model may take
+  them for the neuron's own work).
 * Norse LIFBoxCell: v += dt * tau_mem_inv * (x + v_leak - v); S = v > v_th; reset to
   v_reset (p.reset_method reset_value) or by v_th (reset_subtract): a LIF neuron with input
   decay, state v.
@@ -81,6 +86,7 @@ class NeuronModel:
     multi_step: bool = False  # a call runs every time step of a [T, ...] input
     materialisations: tuple[str, ...] = SPIKINGJELLY_MATERIALISATIONS  # ops creating its state
     counted_by: tuple[str, ...] | None = None  # only these models recognise it (None: all)
+    products: tuple[str, ...] = ()  # products it computes with its own weights inside its call (energy/stateful.py)
 
 
 def _snntorch(kind, potentials, decays, kept=(), decay=_BETA) -> NeuronModel:
@@ -88,10 +94,11 @@ def _snntorch(kind, potentials, decays, kept=(), decay=_BETA) -> NeuronModel:
                        threshold=_SNNTORCH_THRESHOLD, reset=_SNNTORCH_RESET)
 
 
-def _norse_cuba(multi_step: bool) -> NeuronModel:
-    return NeuronModel("norse", "CUBA LIF", ("i", "v"), decay=_NORSE_MEMBRANE, decays=(_NORSE_CURRENT, _NORSE_MEMBRANE),
-                       threshold=_NORSE_THRESHOLD, reset="'value'", multi_step=multi_step,
-                       materialisations=_NORSE_MATERIALISATIONS)
+def _norse_cuba(multi_step: bool, recurrent: bool = False) -> NeuronModel:
+    return NeuronModel("norse", "CUBA LIF", ("i", "v"), ("z",) if recurrent else (), decay=_NORSE_MEMBRANE,
+                       decays=(_NORSE_CURRENT, _NORSE_MEMBRANE), threshold=_NORSE_THRESHOLD, reset="'value'",
+                       multi_step=multi_step, materialisations=_NORSE_MATERIALISATIONS,
+                       products=("input", "recurrent") if recurrent else ())
 
 
 _TAU_ALPHA = "NULL"  # mem = tau_alpha * (syn_exc + syn_inh): a multiply every step
@@ -113,6 +120,8 @@ NEURONS: dict[str, NeuronModel] = {
                                                decay=_TAU_ALPHA),  # its membrane is the currents' weighted sum
     "norse.torch.module.lif.LIFCell": _norse_cuba(multi_step=False),
     "norse.torch.module.lif.LIF": _norse_cuba(multi_step=True),
+    "norse.torch.module.lif.LIFRecurrentCell": _norse_cuba(multi_step=False, recurrent=True),
+    "norse.torch.module.lif.LIFRecurrent": _norse_cuba(multi_step=True, recurrent=True),
     "norse.torch.module.lif_box.LIFBoxCell": NeuronModel(
         "norse", "LIF", ("v",), decay=_NORSE_MEMBRANE, decays=(_NORSE_MEMBRANE,), threshold=_NORSE_THRESHOLD,
         reset=_NORSE_BOX_RESET,

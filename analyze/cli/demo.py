@@ -10,7 +10,7 @@ import click
 
 from spiketrace.analyze.cli.app import CommandUnavailable, main, warnings_to_stderr
 from spiketrace.analyze.cli.trace_commands import print_info
-from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES
+from spiketrace.analyze.energy import DEFAULT_PRESETS, selection_label
 from spiketrace.analyze.present import counts as counts_view
 from spiketrace.analyze.present.safe_text import safe_line
 from spiketrace.analyze.present.units import format_energy
@@ -52,7 +52,7 @@ def demo(out: str, output_format: str, force: bool) -> None:
         if output_format == "table":
             click.echo("\noperation counts per module (offline, equal to SpikingJelly's counters):")
             click.echo(counts_view.table_text(result, "scope", 2, 3, coverage=counts_view.coverage(result)))
-            click.echo(f"\n{model} energy ({SCOPES[model].label}, {DEFAULT_PRESETS[model]}): "
+            click.echo(f"\n{model} energy ({selection_label(analysis.trace, model)}, {DEFAULT_PRESETS[model]}): "
                        f"{format_energy(report.energy_total_pj)}; by stage: "
                        + ", ".join(f"{safe_line(k)} {format_energy(v)}" for k, v in report.energy_by_stage.items()))
             click.echo(f"next: spiketrace counts {out} --by op | spiketrace energy {out} --by stage | "

@@ -35,7 +35,7 @@ from spiketrace.analyze.trace.statistics_level import require_level
 from spiketrace.analyze.presets import Preset, PresetError
 from spiketrace.analyze.trace import accepts_path
 from spiketrace.analyze.presets import loader as preset_loader
-from spiketrace.analyze.energy.scopes import SCOPES, default_model, scope_warnings
+from spiketrace.analyze.energy.scopes import SCOPES, default_model, scope_label, scope_warnings, selection_label
 
 # model -> module; a model whose module is absent is not offered.
 _CANDIDATES = {
@@ -53,7 +53,7 @@ DEFAULT_PRESETS = {
 }
 
 __all__ = ["default_model", "energy", "list_presets", "load_preset", "map_activity", "MODELS",
-           "ModelScopeWarning", "Preset", "PresetError", "read_preset_file", "recost", "SCOPES",
+           "ModelScopeWarning", "Preset", "PresetError", "read_preset_file", "recost", "SCOPES", "scope_label", "selection_label",
            "sweep_presets"]
 
 

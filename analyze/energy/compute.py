@@ -30,6 +30,7 @@ from spiketrace.analyze.counters import COUNTERS, _ignore_names, _where
 from spiketrace.analyze.counters.engine import count_events
 from spiketrace.analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLASSES, with_totals
 from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 
 MODEL = "compute"
@@ -182,7 +183,7 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     counts = _tidy(counts, ["stage", "scope"])
     # a rule that matched records its op even with a value of 0, a memory-counter call its scopes
     matched = bool((result.frame["scope"] == "Global").any()) or bool(len(memory))
-    warnings = [] if matched else [NOTHING_MATCHED]
+    warnings = ([] if matched else [NOTHING_MATCHED]) + stateful.warnings(trace, MODEL, compat, ignore_modules)
     return Activity(counts, warnings, _tidy(steps, GROUPS), matched)
 
 

@@ -34,6 +34,28 @@ TRAINING_PHASES = ("backward", "optimizer")
 DEFAULT_MODEL = {"training": "neuromc", "inference": "compute"}
 
 
+def scope_label(model: str, phases=None) -> str:
+    """The scope shown beside a model's numbers. A model of several phases (neuromc) says which
+    of them the selection holds, so an inference trace reads "inference: forward" and not the
+    training the model could cost; `phases` (those the selection holds, as trace_phases gives
+    them) None or holding none of the model's: its label."""
+    scope = SCOPES[model]
+    held = [phase for phase in scope.phases if phase in (phases or ())]
+    if len(scope.phases) == 1 or not held:
+        return scope.label
+    kind = "training" if any(phase in TRAINING_PHASES for phase in held) else "inference"
+    return f"{kind}: {', '.join(held)}"
+
+
+def selection_label(trace, model: str, selection=None) -> str:
+    """scope_label of what `trace` holds, within `selection` (a present.selection.Selection, whose
+    views show only its rows) when given."""
+    if selection is None or not selection:
+        return scope_label(model, trace_phases(trace))
+    with selection.views(trace):
+        return scope_label(model, trace_phases(trace))
+
+
 def recompute_default(model: str | None, compat: str | None) -> str:
     """What a model does with the work activation checkpointing recomputed during backward when
     not told (recompute=None): it ran, so it is counted and costed ("include"), except by

@@ -33,7 +33,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from spiketrace.analyze.energy import SCOPES
+from spiketrace.analyze.energy.scopes import scope_label, trace_phases
 from spiketrace.analyze.present.counts import short_class
 from spiketrace.analyze.present.selection import selection_of
 from spiketrace.analyze.present.units import energy_scale
@@ -73,11 +73,21 @@ def energy_report(results, model: str | None = None, preset=None, selection=None
     return analysis.energy(model, preset, **options), model
 
 
-def _about(model: str | None, preset) -> str:
-    """The title's note of which model and preset drew the figure, with the model's scope."""
+def _about(model: str | None, preset, *results, selection=None) -> str:
+    """The title's note of which model and preset drew the figure, with the model's scope: of
+    what the selection of `results` holds (inference: forward, ...), or the model's own label
+    when a result is a report (no trace to read)."""
     if model is None:
         return ""
-    return f"\n{model} ({SCOPES[model].label}), {preset or 'default preset'}"
+    phases: set | None = set()
+    for result in results:
+        if hasattr(result, "energy_by_module") or hasattr(result, "energy_by_stage"):
+            phases = None  # a report: what it was mapped from is not at hand
+            break
+        trace = _trace_of(result)
+        with selection_of(selection).views(trace):
+            phases |= set(trace_phases(trace))
+    return f"\n{model} ({scope_label(model, phases)}), {preset or 'default preset'}"
 
 
 def _trace_of(results):
@@ -138,7 +148,7 @@ def energy_by_layer(results, model: str | None = None, preset=None, classes=None
     _layer_ticks(axes, table.index, classes)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel(f"layer (in {table.index[0].split('.')[0]})" if len(table) else "layer")
-    axes.set_title(f"Energy per layer by component{_about(model, preset)}")
+    axes.set_title(f"Energy per layer by component{_about(model, preset, results, selection=selection)}")
     if axes.get_legend_handles_labels()[0]:  # a model that costed nothing draws no bars
         axes.legend(loc="upper right", fontsize="small")
     return figure
@@ -154,7 +164,7 @@ def stage_breakdown(results, model: str | None = None, preset=None, selection=No
     axes.bar_label(bars, labels=[f"{100 * v / total:.1f}%" if total else "" for v in stages], padding=2)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel("stage")
-    axes.set_title(f"Energy per stage{_about(model, preset)}")
+    axes.set_title(f"Energy per stage{_about(model, preset, results, selection=selection)}")
     axes.margins(y=0.15)
     return figure
 
@@ -199,7 +209,7 @@ def training_curve(results, model: str | None = None, preset=None, selection=Non
     energy_axes, rate_axes = figure.subplots(2, 1, sharex=True)
     energy_axes.plot(energy.index, energy.to_numpy() / scale, marker="o", color="#4C72B0")
     energy_axes.set_ylabel(f"energy per step ({unit})")
-    energy_axes.set_title(f"Energy and spike rate over training{_about(model, preset)}")
+    energy_axes.set_title(f"Energy and spike rate over training{_about(model, preset, results, selection=selection)}")
     energy_axes.tick_params(labelbottom=False)
     rate_axes.plot(rates["step"], rates["rate"], marker="s", color="#C44E52")
     rate_axes.set_ylabel("spike rate")
@@ -313,7 +323,8 @@ def compare(results_a, results_b, model: str | None = None, preset=None, labels=
     axes.set_xticks(positions, _labels(layers, classes), rotation=90)
     axes.set_ylabel(f"energy ({unit})")
     axes.set_xlabel("layer")
-    axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]}{_about(model, preset)}")
+    axes.set_title(f"Energy per layer: {labels[0]} vs {labels[1]}"
+                   f"{_about(model, preset, results_a, results_b, selection=selection)}")
     axes.legend()
     return figure
 

@@ -31,7 +31,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_warnings
+from spiketrace.analyze.energy import DEFAULT_PRESETS, SCOPES, ModelScopeWarning, scope_label, scope_warnings
 from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import trace_phases
 from spiketrace.analyze.present import plots
@@ -323,6 +323,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2, sele
         per_counter, uncovered, uncovered_ops = _coverage_tables(result, names)
         views = [_per_group(result, g, getattr(report, f"energy_by_{g}", {}), names, model) for g in groups]
         scope = SCOPES[model]
+        label = scope_label(model, phases)  # what the selection holds: "inference: forward", ...
         outside = {p: n for p, n in phases.items() if p not in scope.phases}
         bar.step("tables")
         chosen = preset or DEFAULT_PRESETS[model]
@@ -348,7 +349,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2, sele
                 ("operation-counts", "counts"), ("spiking", "spike rates"), ("coverage", "coverage")],
         "cards": [
             {"label": "total energy", "value": format_energy(total), "note": f"{model} model under preset {chosen}"},
-            {"label": "model scope", "value": model, "note": scope.label},
+            {"label": "model scope", "value": model, "note": label},
             {"label": "trace" if not selection else "selection", "value": _plural(events, "event"),
              "note": f"{_plural(len(summary.get('ranks') or []), 'rank')}, {_plural(int(steps or 0), 'step')}, "
                      f"{'complete' if summary.get('complete') else 'INCOMPLETE'}"},
@@ -358,7 +359,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2, sele
         "facts": [(k, "" if v is None else str(v)) for k, v in facts],
         "findings": findings(model=model, total=total, components=components, layers=leaves, stages=stages, dead=dead,
                              uncosted=uncosted_names, outside=outside, uncovered=uncovered_ops, groups=views),
-        "caveats": [f"Model scope: {model} is {scope.label}.", *scope_caveats,
+        "caveats": [f"Model scope: {model} is {label}.", *scope_caveats,
                     *list(getattr(report, "warnings", []) or [])],
         "left_out": frame_table(cost_left_out, "left-out", f"{len(cost_left_out)} kinds of work the {model} model did not cost")
         if len(cost_left_out) else None,

@@ -25,6 +25,7 @@ import pandas as pd
 from spiketrace.analyze import neurons
 from spiketrace.analyze.counters import _ignore_names, _where
 from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.lemaire import residual
 from spiketrace.analyze.energy.lemaire.sql import (
     ACCESS_MACRO,
@@ -57,6 +58,7 @@ class LemaireActivity:
     warnings: list[str] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
     model_has_neurons: bool = False
+    state_warnings: list[str] = field(default_factory=list)  # energy/stateful.py's, in both conventions' reports
     qualia_layers: pd.DataFrame | None = None
     qualia_terms: pd.DataFrame | None = None
     qualia_warnings: list[str] = field(default_factory=list)
@@ -264,6 +266,8 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         result.warnings.append(f"{path} ({name}) integrates {len(potentials)} state variables per step "
                                f"({', '.join(potentials)}): costed as {len(potentials)} potentials, each read, "
                                "written and, if it decays, leaked (one MAC) per output and step; Lemaire's neuron has one")
+    result.state_warnings = stateful.warnings(trace, MODEL, compat, ignored, named=unsupported)
+    result.warnings += result.state_warnings
     if "qualia" in conventions:
         qualia_activity(trace, result, timesteps=timesteps, where=where, compat=compat)
     return result

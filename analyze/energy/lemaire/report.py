@@ -171,6 +171,7 @@ def _qualia_cost(activity: LemaireActivity, costs: LemaireCosts, strict: bool) -
     warnings = list(activity.qualia_warnings)
     if not len(terms):
         warnings.append("qualia: no Linear/Conv layer was selected: the Lemaire energy is 0")
+    warnings += activity.state_warnings
     return LemaireReport(
         total_pj=part["ops"] + part["addr"] + memory_pj,
         breakdown_pj={"ops_pj": part["ops"], "addressing_pj": part["addr"], "memory_pj": memory_pj,

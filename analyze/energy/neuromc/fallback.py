@@ -8,7 +8,8 @@ more rows, a binary-input BN's backward is labelled ann_bn_bp), so SpikingJelly 
 work twice. Default mode instead drops every op that ran inside a Conv/Linear/BN/neuron call
 (between the call's hook events, see REGIONS in modules.py): the module fragment already is
 that work, and the ops no rule maps there (a surrogate gradient's neg, say) are not uncosted
-either. `compat=True`
+either. A GEMM or convolution inside a neuron's call is the exception: it is a product the
+neuron makes with its own weights, mapped as a trace fragment (EVENT_ROLES). `compat=True`
 keeps SpikingJelly's signature rule and its list of unsupported ops.
 
 A backward GEMM's core type (bp_grad vs ann_be) comes from the spike-ness of the forward
@@ -40,10 +41,14 @@ _SPIKINGJELLY_IGNORES = "(op IN (SELECT op FROM nmc_ignored_ops))"
 
 # Per op that may carry work: does it run inside a Conv/Linear/BN/neuron call (then it is
 # that call's work) or inside an ignored module's call (nmc_regions, modules.py).
+# A GEMM or convolution inside a neuron's call is no soma work but a product the neuron makes
+# with its own weights (Norse's LIFRecurrentCell: W_in x + W_rec z), so only a layer's call
+# (`in_layer`) takes those ops for its own; the soma covers the rest of the neuron's ops.
 # Regions nest (a Sequential's call holds its children's), so an op may lie in several: a
 # range join on record keys (see record_key), linear in the ops and regions.
 EVENT_ROLES = f"""
-SELECT e.rank, e.seq, bool_or(m.kind IS NOT NULL AND NOT m.ignored) AS covered, bool_or(m.ignored) AS ignored
+SELECT e.rank, e.seq, bool_or(m.kind IS NOT NULL AND NOT m.ignored) AS covered,
+       bool_or(m.kind IS NOT NULL AND m.kind <> 'soma' AND NOT m.ignored) AS in_layer, bool_or(m.ignored) AS ignored
 FROM (SELECT rank, seq, {record_key("rank", "seq")} AS key FROM events WHERE NOT {_SPIKINGJELLY_IGNORES}) e
 JOIN (SELECT rank, module_id, {record_key("rank", "start_seq")} AS start_key, {record_key("rank", "end_seq")} AS end_key
       FROM nmc_regions) r ON e.key > r.start_key AND e.key < r.end_key
@@ -68,8 +73,8 @@ WITH e AS MATERIALIZED (
            -- a recomputed op is forward work, whichever stage it ran in
            CASE WHEN e.recompute THEN 'forward' ELSE coalesce(e.phase, 'forward') END AS stage_phase,
            e.grad_enabled, e.args, json_array_length(e.args)::INTEGER AS n_args, s.module,
-           coalesce(r.covered, false) AS covered, coalesce(r.ignored, false) AS ignored,
-           coalesce(o.reuse_weights, false) AS reuse, coalesce(o.batch_norm_backward, true) AS bn_backward
+           coalesce(r.covered, false) AS covered, coalesce(r.in_layer, false) AS in_layer,
+           coalesce(r.ignored, false) AS ignored, coalesce(o.reuse_weights, false) AS reuse, coalesce(o.batch_norm_backward, true) AS bn_backward
     FROM events e {_ROLES_JOIN}
     LEFT JOIN stages o ON o.rank = e.rank AND o.stage_id = e.stage_id
     WHERE e.op IN {tuple(rules.FALLBACK_OPS)} AND coalesce(e.phase, '') <> 'optimizer'
@@ -215,7 +220,7 @@ def trace_fragments(trace, *, compat: bool, recompute: bool = False) -> tuple[pd
         _refusals(events, masks)
     events["mapped"] = (masks["conv"] | masks["bn"] | masks["bn_backward"] | masks["gemm"]) & events["error"].isna()
     if not compat:
-        events["mapped"] &= ~events["covered"]
+        events["mapped"] &= ~events["in_layer"]
     events.loc[events["ignored"], "mapped"] = False
 
     frame = events[["rank", "step", "seq", "stage", "module", "recompute"]].copy()

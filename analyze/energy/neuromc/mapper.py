@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from spiketrace.analyze.counters import RECOMPUTE_CHOICES
+from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.neuromc import kinds as fragment_kinds
 from spiketrace.analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
 from spiketrace.analyze.energy.neuromc.modules import leftover_classes
@@ -154,6 +155,7 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     if not len(fragments):
         refusals.append("No NeuroMC-supported runtime fragments were recognized.")
         warnings.append("no NeuroMC fragment was recognised in the selection")
+    warnings += stateful.warnings(trace, MODEL, compat, ignore_modules)
     result = Activity(kinds, fragments, memory_terms(kinds), uncosted, refusals, warnings, compat)
     if strict and refusals:
         raise ValueError(refusals[0])

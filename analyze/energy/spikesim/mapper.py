@@ -24,6 +24,7 @@ import pandas as pd
 from spiketrace.analyze import neurons
 from spiketrace.analyze.counters import _ignore_names, _where
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze.energy import stateful
 
 MODEL = "spikesim"  # its name for analyze/neurons.py
 CONV2D_CLASS = "torch.nn.modules.conv.Conv2d"
@@ -196,8 +197,10 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     not_ignored = "" if not names else f"""AND NOT EXISTS (SELECT 1 FROM modules a WHERE a.rank = m.rank AND a.in_model
         AND (m.path = a.path OR starts_with(m.path, a.path || '.'))
         AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name) OR list_contains({listed}, a.path)))"""
-    return map_trace(trace, where=where, ignore_scopes_sql=ignored_scopes_sql(names, None) if names else None,
-                     not_ignored_modules=not_ignored, load_packed=packed_inputs)
+    mapped = map_trace(trace, where=where, ignore_scopes_sql=ignored_scopes_sql(names, None) if names else None,
+                       not_ignored_modules=not_ignored, load_packed=packed_inputs)
+    mapped.warnings = stateful.warnings(trace, MODEL, compat, names)
+    return mapped
 
 
 def map_trace(trace, *, where: str, ignore_scopes_sql: str | None, not_ignored_modules: str,

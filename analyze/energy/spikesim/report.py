@@ -163,6 +163,7 @@ def cost(activity: Activity, costs: Costs, *, compat=None, strict=False) -> Repo
     unsupported = _unsupported(calls, modules, bad_neurons)
     if not sj:
         warnings += formulas.extra_warnings(costed, unsupported)
+    warnings += act.warnings  # energy/stateful.py's: stateful modules it leaves uncosted
 
     table = formulas.layers(costed)
     area = formulas.area_um2(table, costs)
