@@ -11,26 +11,33 @@ give every value exactly:
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters import device_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, kwarg
+
+
+def values_known(rule: str, *slots: str) -> str:
+    """`rule`, or NULL (the event is reported as uncovered) where an operand's is01 is unknown:
+    a meta tensor (or fake one) has no values, so capture records no nnz/is01 for it, and a
+    rule reading null as "not a spike" would guess."""
+    unknown = " OR ".join(f"{slot}_is01 IS NULL" for slot in slots)
+    return f"CASE WHEN {unknown} THEN NULL ELSE {rule} END"
 
 
 def _gemm(x: str, y: str, both: str, n_of_y: str, m_of_x: str, alpha_guard: bool) -> str:
     alpha = f" WHEN {kwarg('alpha', 1)} <> 1 THEN 0" if alpha_guard else ""
-    return (
+    return values_known(
         f"CASE WHEN {x}_is01 AND {y}_is01 THEN CAST(trunc({both}) AS BIGINT){alpha}"
-        f" WHEN {x}_is01 THEN {x}_nnz * {n_of_y} WHEN {y}_is01 THEN {y}_nnz * {m_of_x} ELSE 0 END"
-    )
+        f" WHEN {x}_is01 THEN {x}_nnz * {n_of_y} WHEN {y}_is01 THEN {y}_nnz * {m_of_x} ELSE 0 END", x, y)
 
 
 _TRANSPOSED = arg(6, "BOOLEAN")
 _GROUPS = arg(8)
-_CONV = (
+_CONV = values_known(
     "CASE WHEN a0_is01 AND a1_is01 THEN CAST(trunc(stat_conv_both_binary_sum) AS BIGINT)"
     f" WHEN a0_is01 THEN CAST(stat_conv_spike_taps AS BIGINT)"
     f" * CASE WHEN {_TRANSPOSED} THEN a1_shape[2] ELSE a1_shape[1] // {_GROUPS} END"
     f" WHEN a1_is01 THEN a1_nnz * CASE WHEN {_TRANSPOSED} THEN a0_shape[1] * prod(a0_shape[3:])"
-    " ELSE o0_shape[1] * prod(o0_shape[3:]) END ELSE 0 END"
+    " ELSE o0_shape[1] * prod(o0_shape[3:]) END ELSE 0 END", "a0", "a1"
 )
 
 SYNAPTIC_RULES: dict[str, str] = {
@@ -44,9 +51,9 @@ SYNAPTIC_RULES: dict[str, str] = {
 # conv{n}d is convolution's rule, not transposed; with only w binary, nnz(w) * N * prod(O), where
 # N * prod(O) = numel(out) / C_out. linear(x, w) is mm(x, w.T) (or addmm, alpha 1): m = rows, n = out.
 UNDECOMPOSED_SYNAPTIC_RULES: dict[str, str] = {
-    **{op: ("CASE WHEN a0_is01 AND a1_is01 THEN CAST(trunc(stat_conv_both_binary_sum) AS BIGINT)"
-            f" WHEN a0_is01 THEN CAST(stat_conv_spike_taps AS BIGINT) * (a1_shape[1] // {undecomposed.CONV_GROUPS})"
-            f" WHEN a1_is01 THEN a1_nnz * {undecomposed.CONV_OUT_PER_CHANNEL} ELSE 0 END")
+    **{op: values_known("CASE WHEN a0_is01 AND a1_is01 THEN CAST(trunc(stat_conv_both_binary_sum) AS BIGINT)"
+                        f" WHEN a0_is01 THEN CAST(stat_conv_spike_taps AS BIGINT) * (a1_shape[1] // {undecomposed.CONV_GROUPS})"
+                        f" WHEN a1_is01 THEN a1_nnz * {undecomposed.CONV_OUT_PER_CHANNEL} ELSE 0 END", "a0", "a1")
        for op in undecomposed.CONV_ND},
     undecomposed.LINEAR: _gemm("a0", "a1", "stat_linear_marginal_dot", undecomposed.LINEAR_OUT,
                                undecomposed.LINEAR_ROWS, False),
@@ -54,8 +61,16 @@ UNDECOMPOSED_SYNAPTIC_RULES: dict[str, str] = {
 
 # Element-wise add/sub: two binary tensors cost nnz(x) + nnz(y) (post-op values for in-place
 # ops, as recorded); anything else one accumulate per output element.
-_ADD = "CASE WHEN a0_is01 AND a1_present AND a1_is01 THEN a0_nnz + a1_nnz ELSE o0_numel END"
+# (Only a tensor y makes the value depend on the operands' values.)
+_ADD = ("CASE WHEN a1_present AND (a0_is01 IS NULL OR a1_is01 IS NULL) THEN NULL"
+        " WHEN a0_is01 AND a1_present AND a1_is01 THEN a0_nnz + a1_nnz ELSE o0_numel END")
 _BN_N, _BN_C = "a0_numel", "a0_shape[2]"
+
+
+def _batch_norm(training: str) -> str:
+    return (f"CASE WHEN {training} THEN ({_BN_N} - {_BN_C}) + {_BN_N} + {_BN_C} + {_BN_N}"
+            f" + CASE WHEN a3_present THEN 2 * {_BN_C} ELSE 0 END ELSE {_BN_C} + {_BN_N} END")
+
 
 RULES: dict[str, str] = {
     **SYNAPTIC_RULES,
@@ -66,10 +81,7 @@ RULES: dict[str, str] = {
     },
     "aten.rsub.Tensor": _ADD,
     "aten.rsub.Scalar": _ADD,
-    "aten.native_batch_norm.default": (
-        f"CASE WHEN {arg(5, 'BOOLEAN')} THEN ({_BN_N} - {_BN_C}) + {_BN_N} + {_BN_C} + {_BN_N}"
-        f" + CASE WHEN a3_present THEN 2 * {_BN_C} ELSE 0 END ELSE {_BN_C} + {_BN_N} END"
-    ),
+    "aten.native_batch_norm.default": _batch_norm(arg(5, "BOOLEAN")),
     "aten.avg_pool2d.default": "(o0_numel * (prod(json_extract(args, '$[1]')::BIGINT[]) - 1))",
     "aten.sum.default": "(a0_numel - o0_numel)",
     "aten.sum.dim_IntList": "(a0_numel - o0_numel)",
@@ -91,6 +103,14 @@ EXTRA_RULES |= {
     undecomposed.BATCH_NORM: RULES["aten.native_batch_norm.default"],
     undecomposed.LAYER_NORM: _LAYER_NORM,
 }
+# What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
+# as native_batch_norm (backwards: no AC rule, as native_batch_norm_backward has none); fused
+# optimizers as their unfused steps' adds; the multi-tensor adds, addcmul/addcdiv and lerp.
+EXTRA_RULES |= {op: rule for op, rule in {
+    **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
+    **{op: rules[1] for op, rules in device_ops.FUSED_OPTIMIZERS.items()},
+    **device_ops.FOREACH_AC,
+}.items() if op not in RULES}
 RULES.update(EXTRA_RULES)
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}

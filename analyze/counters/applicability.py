@@ -35,7 +35,8 @@ NO_ARITHMETIC = NO_TENSOR_WORK + (
     "aten.new_ones.*", "aten.new_full.*", "aten.zeros.*", "aten.zeros_like.*", "aten.ones.*",
     "aten.ones_like.*", "aten.full.*", "aten.full_like.*", "aten.fill_.*", "aten.zero_.*", "aten.scalar_tensor.*",
     "aten.arange.*", "aten.index_select.*", "aten.gather.*", "aten.index.*", "aten.masked_select.*",
-    "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*",
+    "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*", "aten._foreach_copy_.*",
+    "aten._foreach_zero_.*",
     # padding copies values (a conv's padding='same' with an even kernel, padding_mode='reflect')
     "aten.constant_pad_nd.*", "aten.reflection_pad*", "aten.replication_pad*", "aten._pad_circular.*",
     # random numbers are drawn, not computed from operands
@@ -50,11 +51,20 @@ SYNAPTIC = (
     "aten._scaled_dot_product_*", "aten.scaled_dot_product_attention.*",
 )
 NORMALISATION = ("aten.native_batch_norm*", "aten.batch_norm.*", "aten._native_batch_norm*",
-                 "aten.native_layer_norm*", "aten.layer_norm.*", "aten.native_group_norm*", "aten.group_norm.*")
+                 "aten.native_layer_norm*", "aten.layer_norm.*", "aten.native_group_norm*", "aten.group_norm.*",
+                 # the GPU's and exported programs' batch norms (analyze/counters/device_ops.py)
+                 "aten.cudnn_batch_norm*", "aten.miopen_batch_norm*", "aten._batch_norm_with_update*",
+                 "aten._batch_norm_no_update*", "aten.batch_norm_backward.*")
 # Accumulations: sums of tensors or of a tensor's elements.
 ACCUMULATION = (
     "aten.add.*", "aten.add_.*", "aten.sub.*", "aten.sub_.*", "aten.rsub.*", "aten.sum.*", "aten.mean.*",
     "aten.cumsum*", "aten.avg_pool*", "aten.adaptive_avg_pool*", "aten.addcmul*", "aten.addcdiv*", "aten.lerp*",
+    # their multi-tensor forms and the fused optimizers, which a GPU run dispatches instead
+    "aten._foreach_add*", "aten._foreach_sub*", "aten._foreach_lerp*", "aten._fused_adam*", "aten._fused_sgd*",
+    "aten._fused_adagrad*",
+    # SpikingJelly's fused neuron ops (CUDA): the charge accumulates; no rule yet, so reported
+    # as unknown rather than silently not applicable
+    "sj_*.forward.*", "sj_*.backward.*",
 )
 
 APPLICABILITY = {

@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters import device_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -72,19 +72,26 @@ _CONV_BACKWARD = (
 )
 
 _BN_N, _BN_C = "a0_numel", "a0_shape[2]"
-_BATCH_NORM = (
-    f"(CASE WHEN {arg(5, 'BOOLEAN')} THEN {_BN_N} + 2 * {_BN_N} + 2 * {_BN_C} + 2 * {_BN_C} + 2 * {_BN_N}"
-    f" + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END + CASE WHEN a3_present THEN 6 * {_BN_C} ELSE 0 END"
-    f" ELSE 2 * {_BN_C} + 2 * {_BN_N} + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END END)"
-)
 
 
-def _batch_norm_backward(c: str) -> str:
+def _batch_norm(training: str) -> str:
+    return (
+        f"(CASE WHEN {training} THEN {_BN_N} + 2 * {_BN_N} + 2 * {_BN_C} + 2 * {_BN_C} + 2 * {_BN_N}"
+        f" + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END + CASE WHEN a3_present THEN 6 * {_BN_C} ELSE 0 END"
+        f" ELSE 2 * {_BN_C} + 2 * {_BN_N} + CASE WHEN a1_present THEN 2 * {_BN_N} ELSE 0 END END)"
+    )
+
+
+_BATCH_NORM = _batch_norm(arg(5, "BOOLEAN"))
+
+
+def _batch_norm_backward(c: str, n: str = "a0_numel", train: str = arg(7, "BOOLEAN"),
+                         masks: tuple[str, str, str] = (arg_item(9, 0), arg_item(9, 1), arg_item(9, 2))) -> str:
     # native_batch_norm_backward(grad_out a0, x a1, gamma a2, rm, rv, save_mean, save_invstd,
     #                            train [7], eps, output_mask [9])
-    n, m0, m1, m2 = "a0_numel", arg_item(9, 0), arg_item(9, 1), arg_item(9, 2)
+    m0, m1, m2 = masks
     return (
-        f"(CASE WHEN {arg(7, 'BOOLEAN')} THEN"
+        f"(CASE WHEN {train} THEN"
         f" CASE WHEN {m0} THEN 2 * {n} + ({n} - {c}) + (2 * {n} - {c}) + (5 * {n} + 2 * {c}) ELSE 0 END"
         f" + CASE WHEN {m1} AND NOT {m0} THEN 2 * {n} + 2 * {n} - {c} ELSE 0 END"
         f" + CASE WHEN {m2} AND NOT {m0} THEN {n} - {c} ELSE 0 END"
@@ -193,6 +200,22 @@ UNDECOMPOSED_RULES: dict[str, str] = {
     **{op: undecomposed.SDPA_FLOP for op in undecomposed.SDPA},
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+
+# What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
+# as native_batch_norm(_backward) with their training flag; cudnn_batch_norm_backward's n from
+# grad_out (a1), C from its weight, trained, every gradient asked for. Fused optimizers, the
+# multi-tensor ops, GradScaler's and dropout's as derived there. (SDPA's are in RULES above:
+# torch.utils.flop_counter's formulas, GQA included, with b * h from the query.)
+DEVICE_RULES: dict[str, str] = {
+    **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
+    **{op: _batch_norm_backward("coalesce(a2_numel, a1_shape[2])") for op in device_ops.BATCH_NORM_BACKWARD},
+    device_ops.CUDNN_BATCH_NORM_BACKWARD: _batch_norm_backward("a2_numel", "a1_numel", "true", ("true",) * 3),
+    **{op: rules[0] for op, rules in device_ops.FUSED_OPTIMIZERS.items()},
+    **{op: rules[0] for op, rules in device_ops.AMP.items()},
+    **device_ops.DROPOUT_FLOP,
+    **device_ops.FOREACH_FLOP,
+}
+EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)
 
 # compat="spikingjelly": its formulas where they differ (None: an op it has no rule for).

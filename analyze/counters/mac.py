@@ -3,22 +3,30 @@ operand costs no multiplication, so it counts 0 MACs."""
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters import device_ops, undecomposed
+from spiketrace.analyze.counters.ac import values_known
 from spiketrace.analyze.counters.sql import arg
 
-_MM = "CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a1_shape[2] END"
-_ADDMM = "CASE WHEN a1_is01 OR a2_is01 THEN 0 ELSE a1_shape[1] * a1_shape[2] * a2_shape[2] END"
-_BMM = "CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a0_shape[3] * a1_shape[3] END"
-_BADDBMM = "CASE WHEN a1_is01 OR a2_is01 THEN 0 ELSE a1_shape[1] * a1_shape[2] * a1_shape[3] * a2_shape[3] END"
-_CONV = (
+# A product's operand of unknown values (a meta tensor) leaves its MACs unknown (ac.values_known).
+_MM = values_known("CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a1_shape[2] END", "a0", "a1")
+_ADDMM = values_known("CASE WHEN a1_is01 OR a2_is01 THEN 0 ELSE a1_shape[1] * a1_shape[2] * a2_shape[2] END", "a1", "a2")
+_BMM = values_known("CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a0_shape[3] * a1_shape[3] END",
+                    "a0", "a1")
+_BADDBMM = values_known(
+    "CASE WHEN a1_is01 OR a2_is01 THEN 0 ELSE a1_shape[1] * a1_shape[2] * a1_shape[3] * a2_shape[3] END", "a1", "a2")
+_CONV = values_known(
     f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a1_shape[2] * prod(a1_shape[3:])"
     f" * CASE WHEN {arg(6, 'BOOLEAN')} THEN prod(a0_shape[3:]) ELSE prod(o0_shape[3:]) END"
-    f" * a1_shape[1] * a0_shape[1] END"
+    f" * a1_shape[1] * a0_shape[1] END", "a0", "a1"
 )
-_BATCH_NORM = (
-    f"(CASE WHEN a1_present THEN a0_numel ELSE 0 END"
-    f" + CASE WHEN {arg(5, 'BOOLEAN')} AND a3_present THEN 2 * a0_shape[2] ELSE 0 END)"
-)
+
+
+def _batch_norm(training: str) -> str:
+    return (f"(CASE WHEN a1_present THEN a0_numel ELSE 0 END"
+            f" + CASE WHEN {training} AND a3_present THEN 2 * a0_shape[2] ELSE 0 END)")
+
+
+_BATCH_NORM = _batch_norm(arg(5, "BOOLEAN"))
 
 RULES: dict[str, str] = {
     "aten.mm.default": _MM,
@@ -36,13 +44,18 @@ EXTRA_RULES: dict[str, str] = {"aten.native_layer_norm.default": _LAYER_NORM}
 # Composite ops recorded whole (analyze/counters/undecomposed.py), as their decomposition counts:
 # conv{n}d C_in/g * prod(K) per output element, linear rows * in * out, 0 with a binary operand.
 UNDECOMPOSED_RULES: dict[str, str] = {
-    **{op: f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {undecomposed.CONV_TAPS} * o0_numel END"
+    **{op: values_known(f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {undecomposed.CONV_TAPS} * o0_numel END", "a0", "a1")
        for op in undecomposed.CONV_ND},
-    undecomposed.LINEAR: f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_numel * {undecomposed.LINEAR_OUT} END",
+    undecomposed.LINEAR: values_known(
+        f"CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_numel * {undecomposed.LINEAR_OUT} END", "a0", "a1"),
     undecomposed.BATCH_NORM: _BATCH_NORM,
     undecomposed.LAYER_NORM: _LAYER_NORM,
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+# Batch norm's other forms (cudnn_batch_norm on a GPU; analyze/counters/device_ops.py) as
+# native_batch_norm. Its backwards have no MAC rule, as native_batch_norm_backward has none.
+EXTRA_RULES.update({op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()
+                    if op not in RULES})
 RULES.update(EXTRA_RULES)
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}

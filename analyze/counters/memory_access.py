@@ -7,7 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import undecomposed
+from spiketrace.analyze.counters import device_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
 
 
@@ -29,10 +29,14 @@ _CONV_BACKWARD = (
     f" + CASE WHEN {arg_item(10, 1)} THEN {b('a1')} + {b('o1')} ELSE 0 END"
     f" + CASE WHEN {arg_item(10, 2)} THEN {b('o2')} ELSE 0 END)"
 )
-_BATCH_NORM = (
-    f"({total('a0', 'a1', 'a2', 'a3', 'a4')} + CASE WHEN {arg(5, 'BOOLEAN')} THEN {total('o0', 'o1', 'o2')}"
-    f" ELSE {b('o0')} END)"
-)
+
+
+def _batch_norm(training: str) -> str:
+    return (f"({total('a0', 'a1', 'a2', 'a3', 'a4')} + CASE WHEN {training} THEN {total('o0', 'o1', 'o2')}"
+            f" ELSE {b('o0')} END)")
+
+
+_BATCH_NORM = _batch_norm(arg(5, "BOOLEAN"))
 
 
 def _batch_norm_backward() -> str:
@@ -135,6 +139,25 @@ UNDECOMPOSED_RULES: dict[str, str] = {
     **{op: _SDPA for op in undecomposed.SDPA},
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+
+# What a GPU run dispatches instead (analyze/counters/device_ops.py). Batch norm's other forms
+# as native_batch_norm(_backward) (cudnn's reserve output is not counted, as native has none);
+# cudnn_batch_norm_backward as native's trained backward with every gradient: grad_out (a1),
+# x (a0), save_mean, save_var and the weight. Fused optimizers: their one pass; GradScaler's
+# ops as derived there; dropout every operand and result once; the multi-tensor ops as their
+# twins, summed over the lists. SDPA's are in RULES above. zeros/full: a new tensor written
+# once (fused optimizers' step tensors, GradScaler's scale).
+DEVICE_RULES: dict[str, str] = {
+    **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
+    **{op: _batch_norm_backward() for op in device_ops.BATCH_NORM_BACKWARD},
+    device_ops.CUDNN_BATCH_NORM_BACKWARD: total("a1", "a0", "a5", "a6", "a2"),
+    **{op: rules[2] for op, rules in device_ops.FUSED_OPTIMIZERS.items()},
+    **{op: rules[1] for op, rules in device_ops.AMP.items()},
+    **{op: "tensor_bytes" for op in device_ops.DROPOUT_FLOP},
+    **device_ops.FOREACH_BYTES,
+    **{f"aten.{name}.default": b("o0") for name in ("zeros", "ones", "full")},
+}
+EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)
 
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
