@@ -30,6 +30,7 @@ _PUBLIC = {
     "counts": ("spiketrace.analyze.counters", "counts"),
     "energy": ("spiketrace.analyze.energy", None),  # the package, callable as energy(trace, model, preset, ...)
     "many": ("spiketrace.analyze.many", None),  # several traces at once: many.count(traces, ...), many.energy(traces, ...)
+    "neurobench_metrics": ("spiketrace.analyze.counters", "neurobench_metrics"),
     "open_trace": ("spiketrace.analyze.trace", "open_trace"),
     "recost": ("spiketrace.analyze.energy", "recost"),
 }

@@ -5,6 +5,7 @@ a command's module is imported when the command runs (app.COMMANDS).
     app.py             the group, one-line errors and exit codes, shared helpers
     trace_commands.py  info, views, sql, validate
     counts.py          counts
+    neurobench.py      neurobench
     energy.py          energy, recost, presets list|show|validate|import-zigzag
     plots.py           plot
     report.py          report, diff

@@ -40,6 +40,8 @@ COMMANDS = {
     "diff": ("spiketrace.analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
     "energy": ("spiketrace.analyze.cli.energy", "Energy of TRACE under one preset, by component, stage or module."),
     "info": ("spiketrace.analyze.cli.trace_commands", "Summarise TRACE: manifest facts, ops, stages and modules."),
+    "neurobench": ("spiketrace.analyze.cli.neurobench",
+                   "NeuroBench's metrics of TRACE: Footprint, ConnectionSparsity, ParameterCount, SynapticOperations, ..."),
     "plot": ("spiketrace.analyze.cli.plots", "Draw one figure of TRACE (or of a recost result) into --out."),
     "presets": ("spiketrace.analyze.cli.energy", "Hardware presets: list, show, validate, import-zigzag."),
     "recost": ("spiketrace.analyze.cli.energy", "Cost TRACE under many presets or a sweep; the trace is mapped once."),

@@ -20,6 +20,7 @@ from spiketrace.analyze.counters import ac, flop, mac, memory_access, neurobench
 from spiketrace.analyze.counters.engine import COMPAT_MODES, count_events
 from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
+from spiketrace.analyze.counters.neurobench.metrics import NeuroBenchResults, neurobench_metrics
 from spiketrace.analyze.counters.neuron_state import neuron_state
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.analyze.trace import accepts_path
@@ -35,8 +36,8 @@ GROUPS = ("stage", "phase", "step", "rank")
 
 CONVENTIONS = neurobench.CONVENTIONS
 
-__all__ = ["COUNTERS", "COMPAT_MODES", "CONVENTIONS", "RECOMPUTE_CHOICES", "CounterResult", "StrictModeError", "as_spikingjelly",
-           "count", "counts", "load_rules", "register_rule"]
+__all__ = ["COUNTERS", "COMPAT_MODES", "CONVENTIONS", "RECOMPUTE_CHOICES", "CounterResult", "NeuroBenchResults",
+           "StrictModeError", "as_spikingjelly", "count", "counts", "load_rules", "neurobench_metrics", "register_rule"]
 
 
 def register_rule(op: str, counter: str, rule: str) -> str:

@@ -21,15 +21,23 @@ The per-call facts come from the capture's op statistics (schemas/statistics.py,
 `*_nonzero_pairs` per synaptic op and `x_ternary` of its input. A trace captured before them
 raises MissingStatisticsError naming what it lacks; no number is guessed.
 
-Not counted as NeuroBench counts them: the gate and state products NeuroBench adds for
-LSTMCell and GRUCell (their GEMM pairs are counted; the calls are listed as unsupported), and
-nn.RNN/LSTM/GRU layers, which NeuroBench refuses (listed as unsupported).
+LSTMCell and GRUCell calls also cost NeuroBench's gate and cell-state products
+(cells.py), one row per call under the op "<class> gate and state products".
+nn.RNN/LSTM/GRU layers, which NeuroBench refuses, are listed as unsupported.
+
+Samples follow NeuroBench's rule: dim 0 of each batch's data, here the bound model's first
+input per recorder step, summed. Where that is ambiguous (SpikingJelly multi-step modules, whose
+input is [T, B, ...], and dims 0 and 1 differ) count() warns, naming the dim it took; give the
+count yourself (`per_sample(result, samples)`, `--samples N`).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 
+from spiketrace.analyze.counters.neurobench import cells as neurobench_cells
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
 from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.schemas.statistics import NEUROBENCH_ADDED_IN
@@ -40,8 +48,7 @@ COUNTERS = ("synop", "mac")  # Effective_ACs, Effective_MACs
 # neurobench/blocks/layer.py: STATELESS_LAYERS and RECURRENT_CELLS, matched in the recorded MRO
 LAYERS = ("torch.nn.modules.linear.Linear", "torch.nn.modules.conv.Conv1d", "torch.nn.modules.conv.Conv2d",
           "torch.nn.modules.conv.Conv3d", "torch.nn.modules.rnn.RNNCellBase")
-CELL = "torch.nn.modules.rnn.RNNCellBase"
-GATED_CELLS = ("torch.nn.modules.rnn.LSTMCell", "torch.nn.modules.rnn.GRUCell")
+CELL = neurobench_cells.CELL_BASE
 REFUSED = "torch.nn.modules.rnn.RNNBase"  # NeuroBench: "This layer is not yet supported"
 
 _CONV_OPS = ("aten.convolution.default", *(f"aten.conv{n}d.{o}" for n in (1, 2, 3) for o in ("default", "padding")))
@@ -117,7 +124,7 @@ def _events_sql(where: str, group_by: tuple[str, ...], ignore_modules) -> str:
                       OVER (PARTITION BY rank, first_seq) AS input_ternary
         FROM facts
     )
-    SELECT rank, seq, op, scope_id{"".join(f", {g}" for g in groups)}, pairs_stat, ternary_stat, pairs,
+    SELECT rank, seq, op, scope_id{"".join(f", {g}" for g in groups)}, pairs_stat, ternary_stat, pairs, first_seq, cell,
            CASE WHEN cell THEN CASE WHEN input_is01 THEN true WHEN input_ternary IS NULL THEN NULL
                                     ELSE input_ternary = 1 END
                 ELSE CASE WHEN x_is01 THEN true WHEN ternary IS NULL THEN NULL ELSE ternary = 1 END
@@ -150,9 +157,13 @@ def count(con, names, *, where: str = "true", module_where: str = "true", group_
     events = _events_sql(where, tuple(group_by), ignore_modules)
     _missing(con, events, trace_versions or {})
     keys = "".join(f", {g}" for g in group_by if g != "rank")
+    cells = neurobench_cells.calls_sql(events, tuple(g for g in group_by if g != "rank"))
+    gates = (f"SELECT rank, scope_id, class_name || ' gate and state products' AS op{keys}, extra AS pairs, spiking "
+             f"FROM ({cells}) WHERE kind <> 'rnn' AND extra IS NOT NULL")
+    rows = f"SELECT rank, scope_id, op{keys}, pairs, spiking FROM ({events}) UNION ALL {gates}"
     sums = " UNION ALL ".join(
         f"SELECT {_quote(name)} AS counter, rank, scope_id, op{keys}, CAST(pairs AS BIGINT) AS value "
-        f"FROM ({events}) WHERE {'spiking' if name == 'synop' else 'NOT spiking'}" for name in names)
+        f"FROM ({rows}) WHERE {'spiking' if name == 'synop' else 'NOT spiking'}" for name in names)
     frame = con.execute(f"""
         SELECT v.counter, a.scope, v.op{"".join(f", v.{g}" for g in group_by)}, CAST(sum(v.value) AS BIGINT) AS value
         FROM ({sums}) v JOIN scopes s ON s.rank = v.rank AND s.scope_id = v.scope_id, UNNEST(s.parents) AS a(scope)
@@ -162,7 +173,10 @@ def count(con, names, *, where: str = "true", module_where: str = "true", group_
     frame = frame.assign(_counter=frame["counter"].map(order)).sort_values(
         ["_counter", "scope", "op", *group_by], ignore_index=True, kind="stable")
     frame = frame[["counter", "scope", "op", *group_by, "value"]].astype({"value": "int64"})
-    frame.attrs["samples"] = samples(con, module_where)
+    frame.attrs["samples"], frame.attrs["samples_notes"] = sample_count(con, module_where)
+    frame.attrs["notes"] = neurobench_cells.notes(con, events)
+    for note in frame.attrs["samples_notes"]:
+        warnings.warn(note, stacklevel=3)
     selected = con.execute(f"SELECT count(*) FROM ({events})").fetchone()[0]
     unsupported = _unsupported(con, names, module_where)
     result = CounterResult(frame=frame, unsupported=unsupported, selected_events=int(selected))
@@ -174,16 +188,13 @@ def count(con, names, *, where: str = "true", module_where: str = "true", group_
 
 
 def _unsupported(con, names, module_where: str) -> pd.DataFrame:
-    """Per counter, the layer calls NeuroBench counts otherwise (gated cells' state products)
-    or refuses (recurrent layers), by class: counter, op, calls, tensor_bytes (0)."""
+    """Per counter, the layer calls NeuroBench refuses (recurrent layers), by class: counter,
+    op, calls, tensor_bytes (0)."""
     calls = con.execute(f"""
-        SELECT m.class_name || CASE WHEN list_has_any(m.mro, {_list([REFUSED])})
-                                    THEN ' (NeuroBench does not count recurrent layers)'
-                                    ELSE ' (gate and state products not counted)' END AS op,
-               count(*) AS calls
+        SELECT m.class_name || ' (NeuroBench does not count recurrent layers)' AS op, count(*) AS calls
         FROM (SELECT * FROM module_events WHERE {module_where}) me
         JOIN modules m ON m.rank = me.rank AND m.module_id = me.module_id
-        WHERE me.kind = 'forward_pre' AND list_has_any(m.mro, {_list([*GATED_CELLS, REFUSED])})
+        WHERE me.kind = 'forward_pre' AND list_has_any(m.mro, {_list([REFUSED])})
         GROUP BY ALL ORDER BY op
     """).fetchall()
     rows = [(name, op, n, 0) for name in names for op, n in calls]
@@ -191,16 +202,10 @@ def _unsupported(con, names, module_where: str) -> pd.DataFrame:
         {"calls": "int64", "tensor_bytes": "int64"})
 
 
-def samples(con, module_where: str = "true") -> int | None:
-    """The samples NeuroBench would divide by: per recorder step and rank, the batch of the
-    bound model's first forward call (its first input's dim 0, or dim 1 when the model's
-    modules are multi-step, (T, B, ...) in SpikingJelly's step_mode 'm'). None when the trace
-    has no such call (no bound model, or an input given by keyword)."""
-    multi_step = con.execute("""
-        SELECT count(*) > 0 FROM modules WHERE in_model AND json_extract_string(attributes, '$.step_mode') = 'm'
-    """).fetchone()[0]
-    dim = 2 if multi_step else 1
-    rows = con.execute(f"""
+def first_inputs(con, module_where: str = "true") -> list[tuple[int, int, list | None]]:
+    """Per (rank, recorder step): the shape of the bound model's first forward call's first
+    input (None when it has none, e.g. given by keyword), in (rank, step) order."""
+    return con.execute(f"""
         WITH firsts AS (
             SELECT me.rank, me.step, arg_min(me.inputs[1], me.seq) AS input_id
             FROM (SELECT * FROM module_events WHERE {module_where}) me
@@ -208,11 +213,34 @@ def samples(con, module_where: str = "true") -> int | None:
             WHERE me.kind = 'forward_pre' AND m.in_model AND m.parent_id IS NULL
             GROUP BY me.rank, me.step
         )
-        SELECT t.shape[{dim}] FROM firsts f LEFT JOIN tensors t ON t.rank = f.rank AND t.tensor_id = f.input_id
+        SELECT f.rank, f.step, t.shape FROM firsts f LEFT JOIN tensors t ON t.rank = f.rank AND t.tensor_id = f.input_id
+        ORDER BY f.rank, f.step
     """).fetchall()
-    if not rows or any(batch is None for (batch,) in rows):
-        return None
-    return int(sum(batch for (batch,) in rows))
+
+
+def sample_count(con, module_where: str = "true") -> tuple[int | None, list[str]]:
+    """(samples, notes): the samples NeuroBench divides by, dim 0 of the bound model's first
+    input per recorder step and rank, summed (NeuroBench: `data[0].size(0)` of each batch,
+    batch-first); None when some step has no such input. A note where dim 0 may not be the
+    batch: the model has SpikingJelly multi-step modules ([T, B, ...]) and dims 0 and 1 differ."""
+    shapes = [shape for _, _, shape in first_inputs(con, module_where)]
+    if not shapes or any(not shape for shape in shapes):
+        return None, []
+    taken = sum(shape[0] for shape in shapes)
+    multi_step = con.execute("""
+        SELECT count(*) > 0 FROM modules WHERE in_model AND json_extract_string(attributes, '$.step_mode') = 'm'
+    """).fetchone()[0]
+    if multi_step and any(len(shape) > 1 and shape[0] != shape[1] for shape in shapes):
+        other = sum(shape[1] if len(shape) > 1 else shape[0] for shape in shapes)
+        return taken, [f"samples: took dim 0 of the model's input ({taken} samples), as NeuroBench does (batch-first "
+                       f"data); the model has SpikingJelly multi-step modules, whose input is [T, B, ...]: if dim 0 "
+                       f"holds time steps, dim 1 gives {other}; say the count with --samples N (samples=N)"]
+    return taken, []
+
+
+def samples(con, module_where: str = "true") -> int | None:
+    """The samples NeuroBench would divide by (sample_count without its notes)."""
+    return sample_count(con, module_where)[0]
 
 
 def per_sample(result: CounterResult, samples: int | None) -> dict[str, float | int | None]:
@@ -225,9 +253,10 @@ def per_sample(result: CounterResult, samples: int | None) -> dict[str, float | 
             "samples": samples}
 
 
-def summary(result: CounterResult) -> tuple[dict, str]:
-    """(per_sample's dict, one line saying it) of a convention result, for the CLI."""
-    numbers = per_sample(result, result.frame.attrs.get("samples"))
+def summary(result: CounterResult, samples: int | None = None) -> tuple[dict, str]:
+    """(per_sample's dict, one line saying it) of a convention result, for the CLI; `samples`
+    overrides the count the trace gives."""
+    numbers = per_sample(result, samples or result.frame.attrs.get("samples"))
     if numbers["samples"] is None:
         return numbers, ("NeuroBench per sample: unknown (no forward call of a bound model to take the batch from); "
                          "divide the totals by your samples")
