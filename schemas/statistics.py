@@ -35,7 +35,7 @@ class Statistic:
 
 
 CONDITIONS = ("x_binary", "both_binary", "forward")
-# Statistics of the NeuroBench convention (analyze/counters/neurobench.py), first taken in 1.3.
+# Statistics of the NeuroBench convention (analyze/counters/neurobench/convention.py), first taken in 1.3.
 NEUROBENCH_ADDED_IN = "1.3"
 
 
@@ -70,7 +70,7 @@ STATISTICS: dict[str, Statistic] = {
         ("ac", "synop"),
         "1.3",
     ),
-    # NeuroBench's SynapticOperations (analyze/counters/neurobench.py): the pairs of a nonzero input
+    # NeuroBench's SynapticOperations (analyze/counters/neurobench/convention.py): the pairs of a nonzero input
     # and a nonzero weight that meet inside the output, and whether the input is spikes in {-1, 0, 1}.
     "conv_nonzero_pairs": Statistic(
         "sum(conv(x != 0, w != 0)) without bias, same geometry: the (nonzero input, nonzero weight) pairs that meet "
