@@ -277,3 +277,32 @@ def test_spikingjelly_cuda_neuron_is_one_named_op(tmp_path):
         result = count(trace, NAMES)
     for counter in ("flop", "memory_access", "ac"):  # named as unknown, never silently 0
         assert "sj_if.forward.default" in set(result.unsupported_of(counter)), counter
+
+
+def test_neuromc_costs_cudnn_batch_norm_as_native_and_compat_as_spikingjelly(tmp_path):
+    # A CUDA run's batch norm outside a BatchNorm module (a functional call) is costed by NeuroMC's
+    # trace fallback as native_batch_norm is: the same bn.forward / bn.backward fragments, the
+    # same energy. cudnn_batch_norm_backward takes (input, grad_output, ...) where native's takes
+    # (grad_out, input, ...): the shapes agree, so the layout does. Under --compat spikingjelly
+    # they are uncosted, as SpikingJelly has no rule for them.
+    from spiketrace.analyze import energy
+
+    shape, c = (4, 3, 5, 5), 3
+
+    def gpu():
+        x, w, b, rm, rv = meta(*shape), meta(c), meta(c), meta(c), meta(c)
+        out = aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+        aten.cudnn_batch_norm_backward(x, out[0], w, rm, rv, out[1], out[2], 1e-5, out[3])
+
+    def cpu():
+        x, w, b, rm, rv = meta(*shape), meta(c), meta(c), meta(c), meta(c)
+        out = aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+        aten.native_batch_norm_backward(out[0], x, w, rm, rv, out[1], out[2], True, 1e-5, [True, True, True])
+
+    with open_trace(record(tmp_path / "gpu", gpu)) as trace:
+        cudnn = energy(trace, "neuromc")
+        compat = energy(trace, "neuromc", compat="spikingjelly")
+    with open_trace(record(tmp_path / "cpu", cpu)) as trace:
+        native = energy(trace, "neuromc")
+    assert cudnn.energy_total_pj > 0 and cudnn.energy_total_pj == pytest.approx(native.energy_total_pj, rel=1e-12)
+    assert compat.energy_total_pj == 0

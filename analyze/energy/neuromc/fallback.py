@@ -180,6 +180,7 @@ def _conv_columns(frame: pd.DataFrame, events: pd.DataFrame, conv: pd.Series, co
 def _batch_norm_columns(frame: pd.DataFrame, events: pd.DataFrame, forward: pd.Series, backward: pd.Series,
                         compat: bool) -> None:
     """native_batch_norm (x = args[0]) and its backward (grad_out = args[0], input = args[1]),
+    cudnn_batch_norm and its backward (input = args[0], grad_out = args[1]: the same shapes),
     laid out as a single-step [N, C, ...] tensor; SpikingJelly never sees a trace BN backward's
     input as spiking (its predicate rejects trace snapshots), default mode does."""
     rows = forward | backward
@@ -188,7 +189,9 @@ def _batch_norm_columns(frame: pd.DataFrame, events: pd.DataFrame, forward: pd.S
     frame.loc[rows, "B"] = events["x0"].astype("int64").where(ndim > 0, 1)[rows]
     frame.loc[rows, "C"] = frame.loc[rows, "K"] = channels[rows]
     frame.loc[rows, "OY"] = events["x_spatial"].astype("int64")[rows]
-    spike = events["x_spike"].astype(bool).where(forward, False if compat else events["y_spike"].astype(bool))
+    input_first = events["op"] == rules.CUDNN_BATCH_NORM_BACKWARD
+    backward_input_spike = events["y_spike"].astype(bool).where(~input_first, events["x_spike"].astype(bool))
+    spike = events["x_spike"].astype(bool).where(forward, False if compat else backward_input_spike)
     frame.loc[rows, "core_type"] = _labels(events, spike, "ann_bn", "fp_bn").where(
         forward, _labels(events, spike, "ann_bn_bp", "bp_bn"))[rows]
     frame.loc[rows, "process_key"] = "with_bn"
@@ -214,8 +217,10 @@ def trace_fragments(trace, *, compat: bool, recompute: bool = False) -> tuple[pd
     events = trace.sql(query).sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
     events["error"] = None
     op, forward_phase = events["op"], events["stage_phase"] == "forward"
-    masks = {"conv": (op == rules.CONVOLUTION) & forward_phase, "bn": (op == rules.BATCH_NORM) & forward_phase,
-             "bn_backward": op == rules.BATCH_NORM_BACKWARD, "gemm": op.isin(rules.GEMMS)}
+    norms, backwards = ((rules.BATCH_NORM,), (rules.BATCH_NORM_BACKWARD,)) if compat else (
+        rules.BATCH_NORMS, rules.BATCH_NORM_BACKWARDS)
+    masks = {"conv": (op == rules.CONVOLUTION) & forward_phase, "bn": op.isin(norms) & forward_phase,
+             "bn_backward": op.isin(backwards), "gemm": op.isin(rules.GEMMS)}
     if compat:
         _refusals(events, masks)
     events["mapped"] = (masks["conv"] | masks["bn"] | masks["bn_backward"] | masks["gemm"]) & events["error"].isna()
@@ -226,7 +231,8 @@ def trace_fragments(trace, *, compat: bool, recompute: bool = False) -> tuple[pd
     frame = events[["rank", "step", "seq", "stage", "module", "recompute"]].copy()
     frame["sub"], frame["T"], frame["OY"], frame["OX"], frame["FY"], frame["FX"], frame["G"] = 0, 1, 1, 1, 1, 1, 1
     frame["phase"] = events["stage_phase"]
-    frame["op_name"] = op.replace({rules.BATCH_NORM: "bn.forward", rules.BATCH_NORM_BACKWARD: "bn.backward"})
+    frame["op_name"] = op.replace({**{name: "bn.forward" for name in rules.BATCH_NORMS},
+                                   **{name: "bn.backward" for name in rules.BATCH_NORM_BACKWARDS}})
     frame["process_key"], frame["conv_type"], frame["has_mac"] = "with_nothing", "--", True
     frame["input_numel"] = events["x_numel"].fillna(0).astype("int64")
     frame["weight_numel"] = events["y_numel"].fillna(0).astype("int64")
@@ -282,7 +288,8 @@ def uncosted_ops(trace, events: pd.DataFrame, *, compat: bool) -> tuple[pd.DataF
     frame = trace.sql(UNCOSTED_SQL.format(scope="NOT coalesce(r.ignored, false)" if compat
                                         else "NOT coalesce(r.covered OR r.ignored, false)"))
     if compat:
-        frame = frame[~frame["op"].isin(rules.FALLBACK_OPS)].assign(reason="SpikingJelly has no NeuroMC rule for this op")
+        frame = frame[~frame["op"].isin(rules.SPIKINGJELLY_FALLBACK_OPS)].assign(
+            reason="SpikingJelly has no NeuroMC rule for this op")
         conv_backward = (frame["op"] == rules.CONVOLUTION_BACKWARD).to_numpy()
         calls = int(trace.con.execute(CONV_BACKWARD_CALLS).fetchone()[0])
         given_apart = {"rows": frame[conv_backward].reset_index(drop=True), "events": int(conv_backward.sum()),

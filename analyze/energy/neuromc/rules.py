@@ -25,7 +25,15 @@ CONVOLUTION_BACKWARD = "aten.convolution_backward.default"
 GEMMS = ("aten.addmm.default", "aten.mm.default", "aten.bmm.default")
 BATCH_NORM = "aten.native_batch_norm.default"
 BATCH_NORM_BACKWARD = "aten.native_batch_norm_backward.default"
-FALLBACK_OPS = (CONVOLUTION, *GEMMS, BATCH_NORM, BATCH_NORM_BACKWARD)
+# A CUDA run's batch norm (analyze/counters/device_ops.py): cudnn_batch_norm(x, ...) as native's;
+# its backward(input, grad_output, weight, ...) with input first, where native's has grad_out.
+CUDNN_BATCH_NORM = "aten.cudnn_batch_norm.default"
+CUDNN_BATCH_NORM_BACKWARD = "aten.cudnn_batch_norm_backward.default"
+BATCH_NORMS = (BATCH_NORM, CUDNN_BATCH_NORM)
+BATCH_NORM_BACKWARDS = (BATCH_NORM_BACKWARD, CUDNN_BATCH_NORM_BACKWARD)
+# SpikingJelly's six trace-fallback ops (compat maps these only); default mode the cuDNN ones too.
+SPIKINGJELLY_FALLBACK_OPS = (CONVOLUTION, *GEMMS, BATCH_NORM, BATCH_NORM_BACKWARD)
+FALLBACK_OPS = (*SPIKINGJELLY_FALLBACK_OPS, CUDNN_BATCH_NORM, CUDNN_BATCH_NORM_BACKWARD)
 # A backward GEMM with no forward GEMM of its shapes left takes the spike-ness of the other
 # GEMM flavour (SpikingJelly's addmm <-> mm alternative key).
 GEMM_ALTERNATIVE = {"aten.addmm.default": "aten.mm.default", "aten.mm.default": "aten.addmm.default"}
