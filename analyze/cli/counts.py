@@ -6,10 +6,13 @@ counts exits 1 when --strict or --min-coverage is not met.
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from spiketrace.analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
-                             recompute_option, selected_traces, selection_options, trace_options, warn_traces)
+                             recompute_option, selected_traces, selection_options, trace_options, warn_traces,
+                             warnings_to_stderr)
 from spiketrace.analyze.counters import count, load_rules, neurobench
 from spiketrace.analyze.counters.user_rules import RuleError
 from spiketrace.analyze.many.traces import find_traces
@@ -55,6 +58,9 @@ class Fraction(click.ParamType):
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Count exactly as SpikingJelly 2.0.0 does.")
 @click.option("--convention", type=click.Choice(["neurobench"]),
               help="synop and mac as NeuroBench's SynapticOperations (Effective_ACs, Effective_MACs; per sample too).")
+@click.option("--samples", type=click.IntRange(min=1), metavar="N",
+              help="--convention neurobench: the samples to divide by (default: dim 0 of the model's first input "
+                   "per step, summed, as NeuroBench counts batch-first data).")
 @recompute_option()
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Your own rules: a TOML file of [counter] tables of \"op\" = \"SQL rule\" (repeatable).")
@@ -63,7 +69,8 @@ class Fraction(click.ParamType):
               help="Exit 1 when a counter covers less than P of the calls (0..1 or a percentage like 95%).")
 @output_options("table", "csv", "json", "parquet")
 def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_modules,
-           compat, convention, recompute, rule_files, strict, min_coverage, output_format, out, execution) -> None:
+           compat, convention, samples, recompute, rule_files, strict, min_coverage, output_format, out,
+           execution) -> None:
     """Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage.
 
     Example: spiketrace counts runs/step --by op --counter flop,mac --strict --phase backward
@@ -81,12 +88,15 @@ def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_
             load_rules(path)
         except RuleError as problem:
             _fail(str(problem), 2)
+    if samples and not convention:
+        _fail("--samples is for --convention neurobench", 2)
     names = [n.strip() for item in counter_names for n in item.split(",") if n.strip()] or None
     options = {**selection.counts_options(), "ops": list(ops) or None, "ignore_modules": list(ignore_modules),
                "compat": compat, "recompute": recompute, **({"convention": convention} if convention else {})}
     traces = find_traces(trace_paths)
-    if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
-        result, fractions = _one_trace(traces[0], names, selection, options, view, depth, top, output_format, out)
+    if len(traces) == 1 and view != "trace":  # the output's shape follows what was asked, not the engine
+        result, fractions = _one_trace(traces[0], names, selection, options, view, depth, top, output_format, out,
+                                       execution, samples)
     else:
         result, fractions = _many_traces(traces, names, selection, options, view, depth, top, output_format, out,
                                          execution)
@@ -96,44 +106,63 @@ def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_
         _fail(problem, 1)
 
 
-def _one_trace(trace_path, names, selection, options, view, depth, top, output_format, out):
-    recompute = options["recompute"]
-    with open_trace(trace_path) as trace:
-        _warn(trace)
-        selection.check(trace)
-        note = recompute_note(recomputed_events(trace), recompute or "include")
-        if note:
-            click.echo(note, err=True)
-        try:
-            result = count(trace, names, by=("stage",) if view == "stage" else (), **options, progress=True)
-        except ValueError as exc:
-            _fail(one_line(exc), 2)
-        names = names or counts_view.counter_names(result)
-        if result.frame.empty and result.unsupported.empty:
-            click.echo("warning: no events match the selection", err=True)
-        document = counts_view.counts_json(result, trace, counters=names, selection=selection.as_dict())
-        fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
-        per_sample = neurobench.summary(result) if options.get("convention") else None
-        if per_sample:
-            document["neurobench"] = per_sample[0]
-        if output_format in ("csv", "parquet"):
-            _write_frame(counts_view.tidy_frame(result, names), output_format, out)
+def _one_trace(trace_path, names, selection, options, view, depth, top, output_format, out, execution, samples=None):
+    if execution["engine"] != "in-process":
+        result, document, modules = _one_trace_on_engine(trace_path, names, selection, options, view, execution)
+    else:
+        with open_trace(trace_path) as trace:
+            _warn(trace)
+            selection.check(trace)
+            note = recompute_note(recomputed_events(trace), options["recompute"] or "include")
+            if note:
+                click.echo(note, err=True)
+            # the NeuroBench convention warns where its samples are ambiguous; --samples settles them
+            with warnings.catch_warnings() if samples else warnings_to_stderr():
+                if samples:
+                    warnings.simplefilter("ignore")
+                try:
+                    result = count(trace, names, by=("stage",) if view == "stage" else (), **options, progress=True)
+                except ValueError as exc:
+                    _fail(one_line(exc), 2)
+            document = counts_view.counts_json(result, trace, counters=names or counts_view.counter_names(result),
+                                               selection=selection.as_dict())
+            modules = module_classes(trace)
+    names = names or counts_view.counter_names(result)
+    if result.frame.empty and result.unsupported.empty:
+        click.echo("warning: no events match the selection", err=True)
+    fractions = {name: entry["coverage"] for name, entry in document["counters"].items()}
+    per_sample = neurobench.summary(result, samples) if options.get("convention") else None
+    if per_sample:
+        document["neurobench"] = per_sample[0]
+    if output_format in ("csv", "parquet"):
+        _write_frame(counts_view.tidy_frame(result, names), output_format, out)
+    else:
+        if output_format == "json":
+            text = json_text(document, indent=1)
         else:
-            if output_format == "json":
-                text = json_text(document, indent=1)
-            else:
-                modules = module_classes(trace)
-                text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
-                text += f"\n\n{per_sample[1]}" if per_sample else ""
-            _write_text(text, out)
+            text = counts_view.table_text(result, view, depth, top, modules=modules, coverage=fractions, counters=names)
+            text += f"\n\n{per_sample[1]}" if per_sample else ""
+        _write_text(text, out)
     return result, fractions
 
 
-def _many_traces(traces, names, selection, options, view, depth, top, output_format, out, execution):
-    """Several traces (or one on a cluster, or --by trace): spiketrace.analyze.many.count, then the same
-    tables over the added counts, or one row per trace."""
-    from spiketrace.analyze import many
+def _one_trace_on_engine(trace_path, names, selection, options, view, execution):
+    """What _one_trace shows of a trace the engine `execution` names counts: the counts, the
+    one-trace document (spiketrace.analyze.present.many_traces.counts_json_many of one trace:
+    the same as counts_json) and the module classes."""
     from spiketrace.analyze.present import many_traces
+
+    combined = _counted([trace_path], names, selection, options, view, execution)
+    result = combined.total
+    document = many_traces.counts_json_many(combined, names or counts_view.counter_names(result),
+                                            selection=selection.as_dict())
+    return result, document, combined.modules()
+
+
+def _counted(traces, names, selection, options, view, execution):
+    """spiketrace.analyze.many.count of the traces on the engine `execution` names, their health,
+    warnings and recompute note said on stderr."""
+    from spiketrace.analyze import many
 
     selected_traces(selection, traces, execution)
     try:
@@ -145,6 +174,15 @@ def _many_traces(traces, names, selection, options, view, depth, top, output_for
     note = recompute_note(sum(f.recomputed_events for f in combined.traces), options["recompute"] or "include")
     if note:
         click.echo(note, err=True)
+    return combined
+
+
+def _many_traces(traces, names, selection, options, view, depth, top, output_format, out, execution):
+    """Several traces (or one, --by trace): spiketrace.analyze.many.count, then the same tables over
+    the added counts, or one row per trace."""
+    from spiketrace.analyze.present import many_traces
+
+    combined = _counted(traces, names, selection, options, view, execution)
     result = combined.total
     names = names or counts_view.counter_names(result)
     if result.frame.empty and result.unsupported.empty:

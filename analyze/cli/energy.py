@@ -18,7 +18,7 @@ from spiketrace.analyze.cli.app import (_table, _warn, emit_frame, emit_text, en
                              recompute_option, selected_traces, selection_options, trace_options, warn_traces,
                              warnings_to_stderr)
 from spiketrace.analyze.energy.breakdown import total_of
-from spiketrace.analyze.energy.scopes import recompute_default
+from spiketrace.analyze.energy.scopes import recompute_default, scope_label, selection_label, trace_phases
 from spiketrace.analyze.many.traces import find_traces
 from spiketrace.analyze.present.counts import short_class
 from spiketrace.analyze.present.energy_table import energy_text, energy_views, ordered_frame, ordered_json
@@ -77,32 +77,38 @@ def energy(trace_paths, selection, model, preset, overrides, ignore_modules, com
     Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
     (csv: each one's rows, with a trace column). --engine dask runs them on a Dask cluster, one
     task per (trace, rank) for compute and neuromc, per trace for lemaire and spikesim (whose
-    numbers do not add up over ranks)."""
+    numbers do not add up over ranks) and for --format json of one trace (its report's document
+    is the whole trace's); the output is the in-process engine's."""
     options = {"compat": compat, "ignore_modules": ignore_modules, "strict": strict, "recompute": recompute}
     traces = find_traces(trace_paths)
     output = (output_format, out, units)
-    if len(traces) == 1 and view != "trace" and execution["engine"] == "in-process":
-        _one_trace(traces[0], model, preset, overrides, selection, options, view, output)
+    if len(traces) == 1 and view != "trace":  # the output's shape follows what was asked, not the engine
+        _one_trace(traces[0], model, preset, overrides, selection, options, view, output, execution)
     else:
         _many_traces(traces, model, preset, overrides, selection, options, view, output, execution)
 
 
-def _one_trace(trace_path, model, preset, overrides, selection, options, view, output):
+def _one_trace(trace_path, model, preset, overrides, selection, options, view, output, execution):
     output_format, out, units = output
-    with Analysis(trace_path) as analysis, warnings_to_stderr():
-        trace = analysis.trace
-        _warn(trace)
-        selection.check(trace)
-        options = {**selection.energy_options(trace), **options}
-        model = analysis.model(model, preset)
-        note = recompute_note(recomputed_events(trace), options["recompute"] or recompute_default(model, options["compat"]))
-        if note:
-            click.echo(note, err=True)
-        report = analysis.energy(model, preset, overrides=overrides, **options)
-        modules = module_classes(trace)
-        classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
-        facts = {"path": str(trace.path), "complete": bool(trace.complete), **trace.health()}
-    scope = energy_models.SCOPES[model].label
+    if execution["engine"] != "in-process":
+        model, report, classes, facts, scope = _one_trace_on_engine(trace_path, model, preset, overrides, selection,
+                                                                    options, output_format, execution)
+    else:
+        with Analysis(trace_path) as analysis, warnings_to_stderr():
+            trace = analysis.trace
+            _warn(trace)
+            selection.check(trace)
+            options = {**selection.energy_options(trace), **options}
+            model = analysis.model(model, preset)
+            note = recompute_note(recomputed_events(trace),
+                                  options["recompute"] or recompute_default(model, options["compat"]))
+            if note:
+                click.echo(note, err=True)
+            report = analysis.energy(model, preset, overrides=overrides, **options)
+            modules = module_classes(trace)
+            classes = dict(zip(modules["scope"], modules["class_name"].map(short_class)))
+            facts = {"path": str(trace.path), "complete": bool(trace.complete), **trace.health()}
+            scope = selection_label(trace, model, selection)
     if output_format == "json":
         document = {"model": model, "scope": scope, **ordered_json(report.to_json()), "trace": facts}
         if selection:
@@ -131,22 +137,44 @@ def _one_trace(trace_path, model, preset, overrides, selection, options, view, o
         click.echo(f"warning: {safe_line(warning)}", err=True)
 
 
-def _many_traces(traces, model, preset, overrides, selection, options, view, output, execution):
-    """Several traces (or one on a cluster, or --by trace): spiketrace.analyze.many.energy, then the same
-    table over the added report rows, or one row per trace."""
-    from spiketrace.analyze import many
-    from spiketrace.analyze.present import many_traces
+def _one_trace_on_engine(trace_path, model, preset, overrides, selection, options, output_format, execution):
+    """What _one_trace shows of a trace the engine `execution` names evaluates: its model, its
+    report (spiketrace.analyze.many.EnergyPart: the same rows and, for json, the same document),
+    module classes, facts and scope label."""
+    combined = _evaluated([trace_path], model, preset, overrides, selection, options, execution,
+                          documents=output_format == "json")
+    modules = combined.modules()
+    facts = combined.traces[0]
+    return (combined.model, combined.report(), dict(zip(modules["scope"], modules["class_name"].map(short_class))),
+            {"path": facts.document["path"], "complete": facts.document["complete"], **facts.health},
+            _many_label([trace_path], combined.model, selection))
 
-    output_format, out, units = output
+
+def _evaluated(traces, model, preset, overrides, selection, options, execution, documents=False):
+    """spiketrace.analyze.many.energy of the traces on the engine `execution` names, their
+    health, warnings and recompute note said on stderr."""
+    from spiketrace.analyze import many
+
     options = {**selected_traces(selection, traces, execution, energy=True), **options}
     with warnings_to_stderr():
-        combined = many.energy(traces, model, preset, overrides=overrides, **options, **execution, progress=True)
+        combined = many.energy(traces, model, preset, overrides=overrides, **options, **execution, progress=True,
+                               documents=documents)
         warn_traces(combined.traces)
         note = recompute_note(sum(f.recomputed_events for f in combined.traces),
                               options["recompute"] or recompute_default(combined.model, options["compat"]))
         if note:
             click.echo(note, err=True)
-    scope = energy_models.SCOPES[combined.model].label
+    return combined
+
+
+def _many_traces(traces, model, preset, overrides, selection, options, view, output, execution):
+    """Several traces (or one, --by trace): spiketrace.analyze.many.energy, then the same table over
+    the added report rows, or one row per trace."""
+    from spiketrace.analyze.present import many_traces
+
+    output_format, out, units = output
+    combined = _evaluated(traces, model, preset, overrides, selection, options, execution)
+    scope = _many_label(traces, combined.model, selection)
     if output_format == "json":
         emit_text(json_text(many_traces.energy_json_many(combined, scope, selection.as_dict()), indent=2, default=str),
                   out)
@@ -175,6 +203,21 @@ def _many_traces(traces, model, preset, overrides, selection, options, view, out
     emit_text("\n".join(lines), out)
     for warning in combined.warnings:
         click.echo(f"warning: {safe_line(warning)}", err=True)
+
+
+def _many_label(traces, model, selection) -> str:
+    """The scope label of what the traces' selections hold together (each trace read for its phases)."""
+    from spiketrace.analyze.trace import open_trace
+
+    phases = set()
+    for path in traces:
+        with open_trace(path) as trace:
+            if selection:
+                with selection.views(trace):
+                    phases |= set(trace_phases(trace))
+            else:
+                phases |= set(trace_phases(trace))
+    return scope_label(model, phases)
 
 
 class SweepRange(click.ParamType):

@@ -65,13 +65,16 @@ def count(traces, counters=None, *, engine: str = "in-process", client=None, sch
 def energy(traces, model: str | None = None, preset=None, *, overrides=(), engine: str = "in-process", client=None,
            scheduler: str | None = None, workers: int | None = None, run: str | None = None,
            verify: bool | None = None, progress: bool = False, shard_events: int = SHARD_EVENTS,
-           **options) -> CombinedEnergy:
+           documents: bool = False, **options) -> CombinedEnergy:
     """spiketrace.analyze.energy.energy(trace, model, preset, overrides=..., **options) over every trace
     `traces` names, as report rows: added up (`.frame`) and per trace (`.by_trace`). Model None:
     the preset's, else the traces' default (which they must agree on). Work outside the model's
-    scope raises a ModelScopeWarning per trace, as energy() does. `progress`: as count's."""
+    scope raises a ModelScopeWarning per trace, as energy() does. `progress`: as count's.
+    `documents`: each trace's report as JSON too (`.documents`, report.to_json()), which needs
+    each trace evaluated whole (one task per trace on a cluster)."""
     labels = find_traces(traces)
-    work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify}, shard_events)
+    work = EnergyWork(model, preset, tuple(overrides), options, {"run": run, "verify": verify}, shard_events,
+                      documents)
     with open_engine(engine, client=client, scheduler=scheduler, workers=workers) as runner:
         results = runner.run(work, labels, progress=progress)
     facts = [fact for fact, _ in results]
@@ -83,7 +86,8 @@ def energy(traces, model: str | None = None, preset=None, *, overrides=(), engin
     model = facts[0].model
     name = getattr(preset, "name", None) or (str(preset) if preset is not None else DEFAULT_PRESETS[model])
     return CombinedEnergy(model, name, combined.frame, {label: part.frame for label, part in zip(labels, parts)},
-                          combined.warnings, facts)
+                          combined.warnings, facts,
+                          {label: part.document for label, part in zip(labels, parts) if part.document is not None})
 
 
 def recost(traces, model: str | None = None, presets=None, *, sweep=None, base=None, engine: str = "in-process",

@@ -66,6 +66,21 @@ def _sorted_uncovered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return frame[columns].astype({c: "int64" for c in columns if c in ("calls", "tensor_bytes")})
 
 
+def _added_attrs(results: list[CounterResult]) -> dict:
+    """What the NeuroBench convention says beside its counts (frame.attrs), of several results:
+    the samples its totals are over, a sum over steps and ranks as the counts are (unknown in
+    one result: unknown), and its notes, each once."""
+    attrs = [r.frame.attrs for r in results]
+    added = {}
+    if any("samples" in a for a in attrs):
+        samples = [a.get("samples") for a in attrs]
+        added["samples"] = None if any(s is None for s in samples) else sum(samples)
+    for key in ("samples_notes", "notes"):
+        if any(key in a for a in attrs):
+            added[key] = list(dict.fromkeys(note for a in attrs for note in a.get(key, [])))
+    return added
+
+
 def add_counter_results(results: list[CounterResult]) -> CounterResult:
     """One CounterResult of several (of the ranks of a trace, or of traces): every count added."""
     if len(results) == 1:
@@ -78,6 +93,7 @@ def add_counter_results(results: list[CounterResult]) -> CounterResult:
     frame = (frame.assign(_counter=frame["counter"].map(order)).sort_values(["_counter", "scope", "op", *groups],
                                                                             ignore_index=True, kind="stable")
              .drop(columns="_counter")[[*keys, "value"]].astype({"value": "int64"}))
+    frame.attrs = _added_attrs(results)
     uncovered = {}
     for name in ("unsupported", "not_applicable", "aborts"):
         columns = ["counter", "op", "calls", *(["tensor_bytes"] if name != "aborts" else [])]
@@ -111,10 +127,23 @@ def add_counter_results(results: list[CounterResult]) -> CounterResult:
 @dataclass
 class EnergyPart:
     """An energy report as rows (the model's `report.to_frame()`: breakdown, key, pj, count, and
-    the model's other columns) and its warnings: what a shard or a trace gives back."""
+    the model's other columns) and its warnings: what a shard or a trace gives back. It answers
+    to_frame(), to_json() and `warnings` as the model's report does, so a trace's report shows
+    the same whichever engine evaluated it."""
 
     frame: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
+    # the report's JSON document (report.to_json()), when the work asked for it (EnergyWork's
+    # `documents`): only a whole trace's evaluation has one, so parts added up have none
+    document: dict | None = None
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame
+
+    def to_json(self) -> dict:
+        if self.document is None:
+            raise ValueError("this energy result holds no report document: evaluate with documents=True")
+        return self.document
 
 
 def _size_rule(breakdown, key) -> str | None:
@@ -208,7 +237,8 @@ class CombinedCounts:
 @dataclass
 class CombinedEnergy:
     """The energy of several traces under one model and preset: `frame` the rows of every trace's
-    report added (sizes as SIZE_ROWS says), `by_trace` each trace's rows, `warnings` the reports'."""
+    report added (sizes as SIZE_ROWS says), `by_trace` each trace's rows, `warnings` the reports',
+    `documents` each trace's report as JSON (`report.to_json()`; only when asked: `documents=True`)."""
 
     model: str
     preset: str
@@ -216,6 +246,7 @@ class CombinedEnergy:
     by_trace: dict[str, pd.DataFrame]
     warnings: list[str]
     traces: list[TraceFacts]
+    documents: dict[str, dict] = field(default_factory=dict)
 
     @property
     def energy_total_pj(self) -> float:
@@ -229,6 +260,12 @@ class CombinedEnergy:
     def modules(self) -> pd.DataFrame:
         return modules_of(self.traces)
 
+    def report(self) -> EnergyPart:
+        """The report of the one trace evaluated (rows, warnings and, if asked, its document): it
+        shows as that trace's own report does."""
+        if len(self.traces) != 1:
+            raise ValueError(f"report() is one trace's; these are {len(self.traces)} (see frame, by_trace)")
+        return EnergyPart(self.frame, list(self.warnings), self.documents.get(self.traces[0].label))
 
 
 @dataclass

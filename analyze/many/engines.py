@@ -11,7 +11,8 @@ ranks) as one task per trace, then runs one task per shard: per (trace, rank), o
 step range) for a rank of more than shard_events events, each the same in-process evaluation;
 a trace's shard results are added on the cluster (a tree of `add` tasks), and only each trace's
 small result comes back. Work that does not add up over ranks (energy models outside
-RANK_ADDITIVE_MODELS) runs as one task per whole trace.
+RANK_ADDITIVE_MODELS, and a report's JSON document: EnergyWork's `documents`) runs as one task
+per whole trace.
 
 Dask is imported only here and only for engine="dask": it is the optional `cluster` extra.
 """

@@ -159,7 +159,8 @@ class CountWork:
 class EnergyWork:
     """spiketrace.analyze.energy.energy(trace, model, preset, overrides=..., **options) for every trace, as
     rows (EnergyPart). Model None: each trace's own (named by the preset, or the trace's default),
-    which every trace must agree on."""
+    which every trace must agree on. `documents`: each trace's report as JSON too (EnergyPart's
+    `document`), what `energy --format json` prints of one trace."""
 
     model: str | None
     preset: object  # a shipped preset's name, a TOML path or a Preset; None: the model's default
@@ -167,6 +168,7 @@ class EnergyWork:
     options: dict
     open_options: dict
     shard_events: int = SHARD_EVENTS
+    documents: bool = False
 
     add = staticmethod(add_energy_parts)
 
@@ -174,6 +176,11 @@ class EnergyWork:
         return self.model or (load_preset(self.preset).model if self.preset is not None else None)
 
     def splits_by_rank(self) -> bool:
+        # A report's JSON document is not the sum of its shards' (NeuroMC's mapping summary lists
+        # every fragment in trace order, its uncosted work is ranked and counted in a warning):
+        # asked for, each trace is evaluated whole, as the in-process engine does
+        if self.documents:
+            return False
         model = self.named_model()
         return model is None or model in RANK_ADDITIVE_MODELS  # a trace's default is compute or neuromc
 
@@ -201,7 +208,8 @@ class EnergyWork:
             warnings.simplefilter("always")
             report = energy(trace, self.model, self.preset, overrides=self.overrides, **_options(self, self.model))
         said = [str(w.message) for w in caught if not issubclass(w.category, ModelScopeWarning)]
-        return EnergyPart(report.to_frame(), list(dict.fromkeys([*(getattr(report, "warnings", None) or []), *said])))
+        return EnergyPart(report.to_frame(), list(dict.fromkeys([*(getattr(report, "warnings", None) or []), *said])),
+                          report.to_json() if self.documents else None)
 
 
 @dataclass(frozen=True)
