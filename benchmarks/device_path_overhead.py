@@ -12,9 +12,14 @@ value_statistics "none" (the record alone) and "full":
 
     cpu / device        the compiled CPU path / the device path, ratio to plain
     device/cpu          their quotient: the device path's extra cost
+    torch               the device path with a CPU tensor counted by the torch kernels and
+                        batches a CUDA tensor takes (fast path native_statistics off), not by
+                        the CPU's compiled scan: on CPU those kernels run synchronously (and 50x
+                        slower than the scan on mixed values), so this is an upper bound of the
+                        host cost a GPU pays, whose kernels are only queued
 
-Then tiny ops (`x = x + 1` on 16 elements) in events/s on both paths, and the most memory the
-pending statistics held (their slot buffers) during a recorded workload step.
+Then tiny ops (`x = x + 1` on 16 elements) in events/s on each path, and the most memory the
+pending statistics held (slot buffers and batch copies, torch kernels) during two recorded steps.
 
 Targets: at "none" device/cpu <= 1.15 (one record path); at "full" <= 2.0 on every workload;
 tiny ops on the device path >= 70k events/s.
@@ -28,26 +33,35 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import paired_samples  # noqa: E402
+from benchmarks.capture_overhead import paired_samples, python_path  # noqa: E402
 from benchmarks.workloads import make, train_step  # noqa: E402
 from spiketrace.capture import Recorder  # noqa: E402
 
 LEVELS = ("none", "full")
-PATHS = {"cpu": False, "device": True}  # path -> defer_statistics
+# path -> (defer_statistics, fast paths off)
+PATHS = {"cpu": (False, ""), "device": (True, ""), "torch": (True, "native_statistics")}
 
 
-def recorded_steps(workload, steps: int, scratch: Path, level: str, defer: bool):
+@contextmanager
+def opened(path, slow: str, **options):
+    """A Recorder with the fast paths `slow` off (capture_overhead.python_path: read as it opens)."""
+    with python_path(slow), Recorder(path, **options) as recorder:
+        yield recorder
+
+
+def recorded_steps(workload, steps: int, scratch: Path, level: str, defer: bool, slow: str):
     net, x, target, loss_fn, opt = workload
 
     def run():
-        path = scratch / f"capture-{level}-{defer}"
-        with Recorder(path, model=net, optimizer=opt, value_statistics=level, defer_statistics=defer) as recorder:
+        path = scratch / f"capture-{level}-{defer}-{slow}"
+        with opened(path, slow, model=net, optimizer=opt, value_statistics=level, defer_statistics=defer) as recorder:
             start = time.perf_counter()
             for _ in range(steps):
                 train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
@@ -67,15 +81,16 @@ def workload_ratios(name: str, rounds: int, warmup: int, steps: int, scratch: Pa
         for _ in range(steps):
             train_step(net, x, target, loss_fn, opt)
 
-    variants = {f"{path}-{level}": recorded_steps(workload, steps, scratch, level, defer)
-                for level in LEVELS for path, defer in PATHS.items()}
+    variants = {f"{path}-{level}": recorded_steps(workload, steps, scratch, level, *options)
+                for level in LEVELS for path, options in PATHS.items()}
     return paired_samples(plain, variants, rounds, warmup, steps)
 
 
 def pending_peak_bytes(name: str, scratch: Path) -> int:
-    """The slot buffers' peak over two recorded steps on the device path, flushed as by default."""
+    """The pending statistics' peak over two recorded steps on the device path with the torch
+    kernels, flushed as by default."""
     net, x, target, loss_fn, opt = make(name)
-    with Recorder(scratch / "peak", model=net, optimizer=opt, defer_statistics=True) as recorder:
+    with opened(scratch / "peak", "native_statistics", model=net, optimizer=opt, defer_statistics=True) as recorder:
         for _ in range(2):
             train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
             recorder.step()
@@ -94,9 +109,9 @@ def tiny_rates(total: int, scratch: Path) -> dict[str, float]:
 
     rates = {path: [] for path in PATHS}
     for _ in range(3):
-        for path, defer in PATHS.items():
+        for path, (defer, slow) in PATHS.items():
             plain = loop(total)
-            with Recorder(scratch / f"tiny-{path}", defer_statistics=defer):
+            with opened(scratch / f"tiny-{path}", slow, defer_statistics=defer):
                 elapsed = loop(total)
             shutil.rmtree(scratch / f"tiny-{path}")
             rates[path].append(total / max(elapsed - plain, 1e-9))
@@ -117,18 +132,21 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; medians of {args.rounds} paired samples of "
           f"{args.steps_per_sample} recorded steps\n")
     header = f"{'workload':<12} {'plain ms':>9}" + "".join(
-        f" {'cpu ' + level:>9} {'device ' + level:>12} {'dev/cpu':>8}" for level in LEVELS) + f" {'pending peak':>13}"
+        f" {'cpu ' + level:>9} {'device ' + level:>12} {'dev/cpu':>8} {'torch/cpu':>9}" for level in LEVELS) + \
+        f" {'pending peak':>13}"
     print(header)
     for name in args.workloads.split(","):
         result = workload_ratios(name, args.rounds, args.warmup, args.steps_per_sample, scratch)
         ratio = result["ratio"]
         cells = "".join(f" {ratio[f'cpu-{level}']:>8.2f}x {ratio[f'device-{level}']:>11.2f}x "
-                        f"{ratio[f'device-{level}'] / ratio[f'cpu-{level}']:>7.2f}x" for level in LEVELS)
+                        f"{ratio[f'device-{level}'] / ratio[f'cpu-{level}']:>7.2f}x "
+                        f"{ratio[f'torch-{level}'] / ratio[f'cpu-{level}']:>8.2f}x" for level in LEVELS)
         peak = pending_peak_bytes(name, scratch)
         print(f"{name:<12} {result['median_ms']['plain']:>9.1f}{cells} {peak / 1024:>10.0f} KiB", flush=True)
     rates = tiny_rates(args.tiny_events, scratch)
     print(f"\ntiny ops (16-element add, {args.tiny_events} events, median of 3): "
-          f"cpu path {rates['cpu'] / 1e3:.1f}k events/s, device path {rates['device'] / 1e3:.1f}k events/s")
+          f"cpu path {rates['cpu'] / 1e3:.1f}k events/s, device path {rates['device'] / 1e3:.1f}k events/s, "
+          f"torch kernels {rates['torch'] / 1e3:.1f}k events/s")
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -76,15 +76,16 @@ def _in_order(appends, expected: dict, names: tuple, what: str) -> tuple:
 def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_appends):
     """The compiled per-op record (capture/native/record/) bound to this recording's buffers,
     registry and interning tables, or None where it does not apply: no extension, the fast
-    path `native_record` switched off, or a recording whose statistics the Python scan takes
-    (fast path `native_statistics` off). Statistics kept on the device (a device tensor's, and
+    path `native_record` switched off, or a recording whose CPU statistics the Python scan takes
+    (fast path `native_statistics` off, statistics not deferred). Statistics kept on the device (a device tensor's, and
     every one's under defer_statistics) it takes through the registry's pend_row, so a CPU run
     with defer_statistics=True records through the code a GPU run does. `calls` and `wheres`:
     OpLog's interning of call and $where tuples; `event_appends`: its bound appends of the
     events columns, in its order; `use_appends`: those of event_tensors' run value and run
     length (capture/store/table_buffer.py BUFFER_RUNS), then of its per-row $slot and tensor_id.
     Both are checked against the record's EVENT_COLUMNS and USE_COLUMNS."""
-    if not native.AVAILABLE or "native_record" not in context.fast_paths or not context.registry.native_scan:
+    if not native.AVAILABLE or "native_record" not in context.fast_paths or \
+            not (context.registry.native_scan or context.defer_statistics):
         return None
     registry = context.registry
     tables = context.writer.tables

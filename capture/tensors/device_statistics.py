@@ -1,21 +1,34 @@
-"""Value statistics kept on a tensor's device until flush: written into slots of preallocated
-device buffers, copied to the host once per flush.
+"""Value statistics kept on a tensor's device until flush: counted by the device into
+preallocated slots or in batches, copied to the host once per flush.
 
 A device run must not wait for the device per op, so a state's (nnz, is01) cannot be read when
-it is described. Each is written by the device itself into two float64 slots of a buffer that
-lives on that device (float64 counts are exact up to 2**53 elements), and the flush copies each
-buffer's used slots to the host in one transfer (into pinned memory, asynchronously, where the
-device is CUDA), then reads them. One 0-dim tensor per statistic, as before, cost an allocation
-each and a `stack` of thousands of them at flush.
+it is described. The device counts them and the flush copies the counts to the host, one
+transfer per buffer (into pinned memory, asynchronously, where the device is CUDA), then reads
+them. Per state, what costs the host time is the number of torch calls it launches, so:
 
-What each dtype's two counts cost (STATISTIC_KERNELS): a bool tensor's nnz is its sum, one pass
-and its ones are its nnz (is01 by its type); a floating or complex tensor's nnz is its L0 norm,
-one reduction with no temporary (NaN counts, -0.0 does not, as the CPU scan); an integer tensor's
-needs `t != 0`. The ones (is01 is ones == nnz) take `t == 1`, a bool temporary of t's size that
-the allocator reuses at once: eager torch has no reduction that counts ones without it (a fused
-kernel would, see docs/performance.md). Those temporaries are freed when the op returns; what
-pending statistics hold is the slots alone, 16 bytes per pending state, in chunks of CHUNK_SLOTS
-that are reused after each flush (`peak_bytes` reports the most ever held).
+* A small state (at most BATCHED_ELEMENTS elements: most of a step's states, and every one of
+  a loop of tiny ops) is copied as it is now (one call: the tensor may change in place later)
+  into its device's open batch. A full batch counts all its copies at once: one concatenation,
+  and for `!= 0` and `== 1` a running sum read at each copy's end (Batch.count), a few calls for
+  thousands of states. What it holds is bounded: BATCH_ELEMENTS elements of copies, then two
+  int64 counts per state until the flush.
+* A larger state is counted in place, into two float64 slots of a chunk of its device's slot
+  buffer (exact to 2**53 elements), by STATISTIC_KERNELS: a bool tensor's nnz is its sum, one
+  pass, its ones its nnz; a floating or complex tensor's nnz its L0 norm, one reduction with no
+  temporary (NaN counts, -0.0 does not, as the CPU scan); an integer tensor's `t != 0` summed.
+  The ones (is01 is ones == nnz) take `t == 1`, a bool temporary of t's size the allocator
+  reuses at once: eager torch has no reduction that counts ones without one (a fused kernel
+  would: docs/performance.md). Chunks are reused after each flush.
+
+A CPU tensor on this path (defer_statistics=True) is counted by the CPU's own kernel where the
+fast path `native_statistics` is on: the compiled one-pass scan the CPU path uses (the
+registry's pend_row chooses it, `counted`), its numbers ready at once but filled in at flush
+like every other's; torch's CPU reductions are
+50 times slower than it on mixed values and would measure the CPU's arithmetic, not this path.
+With the fast path off a CPU tensor takes the kernels above, exactly as a CUDA tensor does
+(tests/test_device_path.py runs both ways).
+
+`peak_bytes` reports the most the slots and a batch's copies held at once.
 """
 
 from __future__ import annotations
@@ -25,6 +38,12 @@ import torch
 # Slots per buffer chunk (float64): 64 KiB each. A run holds as many chunks as the most states
 # pending between two flushes need (flush_events bounds them) and reuses them after each flush.
 CHUNK_SLOTS = 8192
+# States of at most this many elements are copied into a batch and counted with the batch's
+# others (one copy per state instead of three reductions); a batch is counted once it holds
+# BATCH_ELEMENTS elements (2 MiB of float64 copies at most) or BATCH_TENSORS states.
+BATCHED_ELEMENTS = 4096
+BATCH_ELEMENTS = 1 << 18
+BATCH_TENSORS = 4096
 
 
 def _nnz_sum(values: torch.Tensor, out: torch.Tensor) -> None:
@@ -63,34 +82,67 @@ def _dtype_class(dtype: torch.dtype) -> str:
 
 class PendingStats:
     """nnz/is01 of a state whose statistics stay on its device until the next flush: where its
-    counts are (a device's slots), then the numbers once fetched."""
+    counts will be (a slot pair, or a position in a batch's results), then the numbers."""
 
-    __slots__ = ("nnz", "is01", "device", "slot", "counts_ones")
+    __slots__ = ("nnz", "is01", "device", "slot", "counts_ones", "batch")
 
-    def __init__(self, device: torch.device, slot: int, counts_ones: bool) -> None:
+    def __init__(self, device: torch.device, slot: int, counts_ones: bool, batch: "Batch | None" = None) -> None:
         self.nnz = None
         self.is01 = None
-        self.device, self.slot, self.counts_ones = device, slot, counts_ones
+        self.device, self.slot, self.counts_ones, self.batch = device, slot, counts_ones, batch
 
     def resolve(self, host: list[float]) -> None:
-        nnz = int(host[self.slot])
-        self.nnz = nnz
-        self.is01 = int(host[self.slot + 1]) == nnz if self.counts_ones else True
-        self.device = None
+        if self.batch is not None:
+            nnz, ones = self.batch.host[0][self.slot], self.batch.host[1][self.slot]
+        else:
+            nnz = int(host[self.slot])
+            ones = int(host[self.slot + 1]) if self.counts_ones else nnz
+        self.nnz, self.is01 = nnz, ones == nnz
+        self.device = self.batch = None
+
+
+class Batch:
+    """Small states' values, copied as they are when described, counted together: their
+    copies until counted, then a [2, n] tensor of (nnz, ones) on the device, then on the host."""
+
+    __slots__ = ("copies", "elements", "counts", "host")
+
+    def __init__(self) -> None:
+        self.copies: list[torch.Tensor] = []
+        self.elements = 0
+        self.counts = self.host = None
+
+    def count(self) -> None:
+        """One pass over all copies: a running sum of each mask, read at the copies' ends.
+        torch.cat promotes to a dtype every copy's values keep their zero- and one-ness in
+        (a float as wide as the widest, an integer wide enough)."""
+        lengths = torch.tensor([c.numel() for c in self.copies], device=self.copies[0].device)
+        values = torch.cat([c.reshape(-1) for c in self.copies])
+        ends = lengths.cumsum(0)
+        starts = ends - lengths
+        sums = [torch.nn.functional.pad(mask.cumsum(0), (1, 0)) for mask in (values != 0, values == 1)]
+        self.counts = torch.stack([s[ends] - s[starts] for s in sums])
+        self.copies = []
 
 
 class StatisticSlots:
-    """The preallocated slot buffers of every device a recording met, and their use since the
-    last flush."""
+    """The preallocated slot buffers and the batches of every device a recording met, and
+    their use since the last flush."""
 
     def __init__(self) -> None:
         self.chunks: dict[torch.device, list[torch.Tensor]] = {}
         self.used: dict[torch.device, int] = {}  # slots given since the last flush, per device
-        self.peak_bytes = 0
+        self.open_batches: dict[torch.device, Batch] = {}  # taking copies
+        self.batches: list[Batch] = []  # counted or taking, fetched at the next flush
+        self.peak_bytes = 0  # the most the slots and the batches' copies held at once
 
     def take(self, values: torch.Tensor) -> PendingStats:
-        """Queue the counts of `values` (plain values: no quantized tensor) into two slots on
-        its device; no wait for the device."""
+        """Queue the counts of `values` (plain values: no quantized tensor), no wait for the
+        device: a small tensor's copied into its device's open batch, a larger one's counted in
+        place into two slots."""
+        numel = values.numel()
+        if numel <= BATCHED_ELEMENTS and not values.is_complex():
+            return self._batched(values, numel)
         nnz_kernel, counts_ones = STATISTIC_KERNELS[_dtype_class(values.dtype)]
         device = values.device
         chunk, offset, slot = self._reserve(device)
@@ -99,30 +151,72 @@ class StatisticSlots:
             _ones(values, chunk[offset + 1])
         return PendingStats(device, slot, counts_ones)
 
+    def _batched(self, values: torch.Tensor, numel: int) -> PendingStats:
+        device = values.device
+        batch = self.open_batches.get(device)
+        if batch is None:
+            batch = self.open_batches[device] = Batch()
+            self.batches.append(batch)
+        batch.copies.append(values.clone())  # the values now: the tensor may change in place later
+        batch.elements += numel
+        stats = PendingStats(device, len(batch.copies) - 1, True, batch)
+        if batch.elements >= BATCH_ELEMENTS or len(batch.copies) >= BATCH_TENSORS:
+            self._held(batch.elements)
+            batch.count()
+            del self.open_batches[device]
+        return stats
+
+    def _held(self, batch_elements: int) -> None:
+        slots = sum(len(c) for c in self.chunks.values()) * CHUNK_SLOTS * 8
+        self.peak_bytes = max(self.peak_bytes, slots + 8 * batch_elements)
+
     def _reserve(self, device: torch.device) -> tuple[torch.Tensor, int, int]:
         slot = self.used.get(device, 0)
         chunks = self.chunks.setdefault(device, [])
         index, offset = divmod(slot, CHUNK_SLOTS)
         if index == len(chunks):
             chunks.append(torch.empty(CHUNK_SLOTS, dtype=torch.float64, device=device))
-            self.peak_bytes = max(self.peak_bytes, sum(len(c) for c in self.chunks.values()) * CHUNK_SLOTS * 8)
+            self._held(0)
         self.used[device] = slot + 2
         return chunks[index], offset, slot
 
+    def discard(self) -> None:
+        """Forget what was queued since the last flush (no row reads it)."""
+        self.used.clear()
+        self.open_batches.clear()
+        self.batches = []
+
     def fetch(self) -> dict[torch.device, list[float]]:
-        """Every device's used slots on the host, one transfer per chunk in use, and the slots
-        free again."""
-        fetched = {}
+        """Every device's used slots on the host, one transfer per chunk in use and per batch,
+        each batch's counts on it (Batch.host); the slots free again, the batches gone."""
+        for batch in self.open_batches.values():
+            self._held(batch.elements)
+            batch.count()
+        self.open_batches.clear()
+        fetched, copies = {}, []
         for device, used in self.used.items():
             parts = []
             for index, chunk in enumerate(self.chunks[device][:(used + CHUNK_SLOTS - 1) // CHUNK_SLOTS]):
-                part = chunk[:min(CHUNK_SLOTS, used - index * CHUNK_SLOTS)]
-                parts.append(_to_host(part))
+                parts.append(_to_host(chunk[:min(CHUNK_SLOTS, used - index * CHUNK_SLOTS)]))
+            copies.append((device, parts))
+        batch_parts = [_to_host(batch.counts) for batch in self.batches]
+        for device in {*self.used, *(b.counts.device for b in self.batches)}:
             if device.type == "cuda":
                 torch.cuda.current_stream(device).synchronize()  # the copies above were queued
+        for device, parts in copies:
             fetched[device] = [v for part in parts for v in part.tolist()]
+        for batch, part in zip(self.batches, batch_parts):
+            batch.host = part.tolist()
         self.used.clear()
+        self.batches = []
         return fetched
+
+
+def counted(device: torch.device, nnz: int, is01: bool) -> PendingStats:
+    """Statistics a CPU kernel counted at once, filled into their rows at flush as others are."""
+    stats = PendingStats(device, -1, False)
+    stats.nnz, stats.is01, stats.device = nnz, is01, None
+    return stats
 
 
 def _to_host(part: torch.Tensor) -> torch.Tensor:

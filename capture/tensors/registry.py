@@ -33,7 +33,7 @@ import torch
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
-from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots
+from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots, counted
 from spiketrace.capture.tensors.value_counts import ignoring_warnings, immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -138,7 +138,7 @@ class TensorRegistry:
         # (row number since the buffer began, stats) to fill at flush: a row appended while a
         # flush writes stays buffered, so its index shifts by what the flush drops (rows.dropped)
         self.pending: list[tuple[int, PendingStats]] = []
-        self.slots = StatisticSlots()  # where the device writes them
+        self.slots = StatisticSlots()  # where the device counts them (capture/tensors/device_statistics.py)
         # The next uid and tensor id to give (counters the compiled record advances in C).
         self.uids = new_counter()
         self.tensor_ids = new_counter()
@@ -232,7 +232,7 @@ class TensorRegistry:
         # Under excluded_from_modes() whenever a mode would see them, taken here and only here
         # (the per-op path holds no guard otherwise). They are not differentiable: no no_grad.
         try:
-            if not self.defer_statistics and t.device.type == "cpu":
+            if not self.defer_statistics and t.device.type == "cpu":  # the CPU path (deferred: pend_row)
                 scan = immediate_stats if self.native_scan else python_stats
                 if type(t) in _PLAIN_TENSORS and not _dispatch_stack_depth():  # modes_would_see(), inlined
                     return scan(t)
@@ -302,15 +302,32 @@ class TensorRegistry:
             self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
 
     def pend_row(self, t: torch.Tensor, seq: int, stats: "PendingStats | None"):
-        """The compiled record's device statistics for the row it just appended (nulls until
-        flush): `stats` a state's pending ones it reuses (only requires_grad changed), else taken
-        now on t's device. Noted for resolve_pending as _write_row notes the Python path's;
-        returns what the entry keeps (PendingStats, or (None, None) where none could be taken)."""
+        """The compiled record's device-path statistics for the row it just appended (nulls until
+        flush): `stats` a state's pending ones it reuses (only requires_grad changed), else
+        queued now for t, a plain strided tensor whose storage the record checked holds it (no
+        second check): on its device, or on CPU by the CPU's own kernel, the compiled scan,
+        where the fast path native_statistics is on (capture/tensors/device_statistics.py).
+        Noted for resolve_pending as _write_row notes the Python path's; returns what the entry
+        keeps (PendingStats, or (None, None) where none could be taken)."""
         if stats is None:
-            stats = self._statistics(t, seq)
+            stats = self._statistics(t, seq) if t.is_quantized else None  # its values are not its memory
+        if stats is None:
+            try:
+                if _dispatch_stack_depth():  # a module hook's describe: our mode would see the ops
+                    with excluded_from_modes():
+                        stats = self._queue(t)
+                else:  # inside the dispatch handler: no mode would
+                    stats = self._queue(t)
+            except Exception:  # noqa: BLE001 - taken again, where a failure is reported
+                stats = self._statistics(t, seq)
         if isinstance(stats, PendingStats):
             self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
         return stats
+
+    def _queue(self, t: torch.Tensor) -> PendingStats:
+        if self.native_scan and t.is_cpu:
+            return counted(t.device, *immediate_stats(t))
+        return self.slots.take(t)
 
     def pending_of(self, t: torch.Tensor) -> "PendingStats | None":
         """The statistics of `t`'s described state where they are still pending on its device."""
@@ -328,14 +345,14 @@ class TensorRegistry:
     def resolve_pending(self, _writer=None) -> None:
         """Fetch every pending device statistic in one transfer per device and fill the rows."""
         if not self.pending:
-            self.slots.used.clear()  # slots of states whose rows were never written: free again
+            self.slots.discard()  # statistics of states whose rows were never written
             return
         with excluded_from_modes():
             fetched = self.slots.fetch()
         c, dropped = self.rows.columns, self.rows.dropped
         for row, stats in self.pending:
             if stats.device is not None:  # not resolved yet (a state's stats may fill several rows)
-                stats.resolve(fetched[stats.device])
+                stats.resolve(fetched.get(stats.device))
             index = row - dropped
             if index < 0:  # its row was discarded (a failed flush drops what it buffered)
                 continue

@@ -7,7 +7,10 @@ import pytest
 
 from tests.guest.harness import compare
 
-PATHS = {"compiled": {}, "python": {"SPIKETRACE_SLOW_PATHS": "all"}}
+PATHS = {"compiled": {}, "python": {"SPIKETRACE_SLOW_PATHS": "all"},
+         # the device path: the CPU's kernel, and the torch kernels a CUDA tensor takes
+         "device": {"SPIKETRACE_GUEST_DEFER": "1"},
+         "device-torch": {"SPIKETRACE_GUEST_DEFER": "1", "SPIKETRACE_SLOW_PATHS": "native_statistics"}}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

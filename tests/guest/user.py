@@ -44,6 +44,8 @@ def recording(model=None, optimizer=None, **options):
         return _Plain()
     from spiketrace.capture import Recorder
 
+    if os.environ.get("SPIKETRACE_GUEST_DEFER"):  # the device path (defer_statistics), on CPU
+        options.setdefault("defer_statistics", True)
     return Recorder(TRACE, model=model, optimizer=optimizer, **options)
 
 

@@ -41,6 +41,20 @@ static int storage_holds(PyObject *t, long long offset, const int64_t *sizes, co
     return base != 0 && last >= 0 && (last + 1) * element_size <= bytes;
 }
 
+/* storage_holds for a view given by its shape and stride tuples: 1, 0 (or more than MAX_DIMS
+ * dimensions: not checked here), -1 error. */
+static int view_fits(PyObject *t, PyObject *shape, PyObject *stride, long long offset, long long element_size) {
+    int64_t sizes[MAX_DIMS], steps[MAX_DIMS];
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    if (ndim > MAX_DIMS || PyTuple_GET_SIZE(stride) != ndim || element_size <= 0) return 0;
+    for (Py_ssize_t d = 0; d < ndim; d++) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        steps[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
+    }
+    if (PyErr_Occurred()) return -1;
+    return storage_holds(t, offset, sizes, steps, ndim, element_size);
+}
+
 /* The statistics of a new state, (nnz, is01), read now from its memory; NULL with no error
  * where the Python path must take them (not a plain CPU strided tensor of a known format, or
  * one whose storage does not hold what it views). */
@@ -266,7 +280,7 @@ int new_state(OpRecorder *self, Facts *f, int python_if_scanned) {
     result = -1;
     if ((dtype = tensor_attribute(t, TENSOR_DTYPE)) == NULL) goto done;
     if (f->stats == NULL && deferred) {
-        f->stats = Py_NewRef(DEFERRED);
+        f->stats = Py_NewRef(DEFERRED); /* taken at write, where the storage holds the view (below) */
     } else if (f->stats == NULL) { /* no rule gave them: a scan */
         f->stats = scan_tensor(self, t, dtype, f->shape, stride, offset, data_ptr, numel);
         if (f->stats == NULL) {
@@ -280,6 +294,13 @@ int new_state(OpRecorder *self, Facts *f, int python_if_scanned) {
     row_kind = state_row_kind(self, t, dtype, f->requires_grad ? Py_True : Py_False, name != NULL ? name : Py_None,
                               device);
     if (row_kind == NULL || storage_of(self, f, numel, data_ptr, offset, row_kind) < 0) goto done;
+    if (f->stats == DEFERRED && numel > 0) { /* registry.py has_values, for the device path */
+        long long element_size = PyLong_AsLongLong(PyTuple_GET_ITEM(row_kind, KIND(FORM_ELEMENT_SIZE)));
+        int fits = PyErr_Occurred() ? -1 : view_fits(t, f->shape, stride, offset, element_size);
+        if (fits < 0) goto done;
+        if (!fits) Py_SETREF(f->stats, PyTuple_Pack(2, Py_None, Py_None)); /* null statistics */
+        if (f->stats == NULL) goto done;
+    }
     if ((f->form = state_form(self, f->shape, stride, offset_object, numel, row_kind)) != NULL) result = 1;
 done:
     Py_XDECREF(device);
