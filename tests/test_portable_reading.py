@@ -11,7 +11,10 @@ import os
 
 import pytest
 
-from spiketrace.analyze import open_trace
+from click.testing import CliRunner
+
+from spiketrace.analyze import energy, open_trace
+from spiketrace.analyze.cli import main
 from spiketrace.analyze.counters import counts
 from spiketrace.analyze.trace import spill
 from spiketrace.schemas import safe_files
@@ -32,6 +35,11 @@ def test_a_trace_opens_validates_and_counts_without_posix_flags(demo_trace, monk
     with open_trace(demo_trace) as trace:
         assert trace.validate() == []
         assert len(counts(trace)) > 0
+        assert energy(trace, "neuromc").energy_total_pj > 0
+    # and the CLI a laptop user runs
+    for command in (["validate"], ["counts"], ["energy"], ["info"]):
+        result = CliRunner().invoke(main, [command[0], str(demo_trace)])
+        assert result.exit_code == 0, (command, result.output)
 
 
 def test_orphan_spill_directories_are_left_alone_without_user_ids(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ per-trace tables of `--by trace`, the per-trace rows of --format csv, and the JS
       ]
     }
 
-Of one trace (the dask engine, or `--by trace`) it is the document of one trace.
+With `--by trace` over one trace it is the document of one trace; one trace otherwise prints the one-trace document, whatever the engine.
 
 ## energy --format json of several traces
 
