@@ -22,9 +22,9 @@ them. Per state, what costs the host time is the number of torch calls it launch
 
 A CPU tensor on this path (defer_statistics=True) is counted by the CPU's own kernel where the
 fast path `native_statistics` is on: the compiled one-pass scan the CPU path uses (the
-registry's pend_row chooses it, `counted`), its numbers ready at once but filled in at flush
-like every other's; torch's CPU reductions are
-50 times slower than it on mixed values and would measure the CPU's arithmetic, not this path.
+registry's pend_row chooses it), its numbers ready at once, as a CPU kernel's are. torch's CPU
+reductions are 50 times slower than it on mixed values and would measure the CPU's arithmetic,
+not this path's.
 With the fast path off a CPU tensor takes the kernels above, exactly as a CUDA tensor does
 (tests/test_device_path.py runs both ways).
 
@@ -210,13 +210,6 @@ class StatisticSlots:
         self.used.clear()
         self.batches = []
         return fetched
-
-
-def counted(device: torch.device, nnz: int, is01: bool) -> PendingStats:
-    """Statistics a CPU kernel counted at once, filled into their rows at flush as others are."""
-    stats = PendingStats(device, -1, False)
-    stats.nnz, stats.is01, stats.device = nnz, is01, None
-    return stats
 
 
 def _to_host(part: torch.Tensor) -> torch.Tensor:

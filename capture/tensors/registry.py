@@ -33,7 +33,7 @@ import torch
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
-from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots, counted
+from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots
 from spiketrace.capture.tensors.value_counts import ignoring_warnings, immediate_stats, python_stats  # module globals: tests inject failures here
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -240,7 +240,7 @@ class TensorRegistry:
                     return scan(t)
             with excluded_from_modes():
                 values = t.dequantize() if t.is_quantized else t  # the values a quantized tensor reads as
-                return self.slots.take(values)
+                return self._queue(values)
         except Exception as exc:  # noqa: BLE001 - a capture failure, never the user's (capture/store/failures.py)
             if isinstance(exc, Warning):  # torch warned and the user's filter made it an error
                 return ignoring_warnings(self._statistics, t, seq)
@@ -307,8 +307,9 @@ class TensorRegistry:
         queued now for t, a plain strided tensor whose storage the record checked holds it (no
         second check): on its device, or on CPU by the CPU's own kernel, the compiled scan,
         where the fast path native_statistics is on (capture/tensors/device_statistics.py).
-        Noted for resolve_pending as _write_row notes the Python path's; returns what the entry
-        keeps (PendingStats, or (None, None) where none could be taken)."""
+        Noted for resolve_pending as _write_row notes the Python path's, or, counted at once by
+        the CPU's kernel, filled in now; returns what the entry keeps (PendingStats, (nnz,
+        is01), or (None, None) where none could be taken)."""
         if stats is None:
             stats = self._statistics(t, seq) if t.is_quantized else None  # its values are not its memory
         if stats is None:
@@ -322,11 +323,15 @@ class TensorRegistry:
                 stats = self._statistics(t, seq)
         if isinstance(stats, PendingStats):
             self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
+        elif stats[0] is not None:  # the row's nulls (NULL_SENTINELS) become the numbers
+            self._columns[6][-1], self._columns[7][-1] = stats
         return stats
 
-    def _queue(self, t: torch.Tensor) -> PendingStats:
+    def _queue(self, t: torch.Tensor) -> "PendingStats | tuple":
+        """Counts queued on t's device, or on CPU those of the CPU's own kernel where the fast
+        path native_statistics is on: ready at once, as a CPU kernel's are."""
         if self.native_scan and t.is_cpu:
-            return counted(t.device, *immediate_stats(t))
+            return immediate_stats(t)
         return self.slots.take(t)
 
     def pending_of(self, t: torch.Tensor) -> "PendingStats | None":
@@ -335,11 +340,15 @@ class TensorRegistry:
         return entry[5] if entry is not None and isinstance(entry[5], PendingStats) else None
 
     def stats_of(self, t: torch.Tensor):
-        """(nnz, is01) of `t`'s described state if known now (CPU), else None."""
+        """(nnz, is01) of `t`'s described state if known now (CPU, or a device's fetched at a
+        flush since: a weight's from the next step on), else None."""
         entry = self.entries.get(id(t))
-        if entry is None or isinstance(entry[5], PendingStats) or entry[5][0] is None:
+        if entry is None:
             return None
-        return entry[5]
+        stats = entry[5]
+        if isinstance(stats, PendingStats):
+            return None if stats.device is not None else (stats.nnz, stats.is01)
+        return None if stats[0] is None else stats
 
     # -- flushing -----------------------------------------------------------------------------
     def resolve_pending(self, _writer=None) -> None:
