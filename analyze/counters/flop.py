@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, undecomposed
+from spiketrace.analyze.counters import device_ops, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -204,7 +204,8 @@ EXTRA_RULES.update(UNDECOMPOSED_RULES)
 # What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
 # as native_batch_norm(_backward) with their training flag; cudnn_batch_norm_backward's n from
 # grad_out (a1), C from its weight, trained, every gradient asked for. Fused optimizers, the
-# multi-tensor ops, GradScaler's and dropout's as derived there. (SDPA's are in RULES above:
+# multi-tensor ops, GradScaler's and dropout's as derived there. SpikingJelly's fused neuron ops
+# as their CPU decomposition (analyze/counters/sj_neuron_ops.py). (SDPA's are in RULES above:
 # torch.utils.flop_counter's formulas, GQA included, with b * h from the query.)
 DEVICE_RULES: dict[str, str] = {
     **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
@@ -214,6 +215,7 @@ DEVICE_RULES: dict[str, str] = {
     **{op: rules[0] for op, rules in device_ops.AMP.items()},
     **device_ops.DROPOUT_FLOP,
     **device_ops.FOREACH_FLOP,
+    **sj_neuron_ops.FLOP,
 }
 EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)

@@ -7,7 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, undecomposed
+from spiketrace.analyze.counters import device_ops, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
 
 
@@ -146,7 +146,8 @@ EXTRA_RULES.update(UNDECOMPOSED_RULES)
 # x (a0), save_mean, save_var and the weight. Fused optimizers: their one pass; GradScaler's
 # ops as derived there; dropout every operand and result once; the multi-tensor ops as their
 # twins, summed over the lists. SDPA's are in RULES above. zeros/full: a new tensor written
-# once (fused optimizers' step tensors, GradScaler's scale).
+# once (fused optimizers' step tensors, GradScaler's scale). SpikingJelly's fused neuron ops:
+# the bytes of their CPU decomposition, temporaries included (analyze/counters/sj_neuron_ops.py).
 DEVICE_RULES: dict[str, str] = {
     **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
     **{op: _batch_norm_backward() for op in device_ops.BATCH_NORM_BACKWARD},
@@ -156,6 +157,7 @@ DEVICE_RULES: dict[str, str] = {
     **{op: "tensor_bytes" for op in device_ops.DROPOUT_FLOP},
     **device_ops.FOREACH_BYTES,
     **{f"aten.{name}.default": b("o0") for name in ("zeros", "ones", "full")},
+    **sj_neuron_ops.BYTES,
 }
 EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)

@@ -1,0 +1,214 @@
+"""SpikingJelly 2.0.0's fused neuron ops (`sj_if`, `sj_lif`): FLOP, byte and AC rules equal to
+what the counters give the same call on CPU (tests/test_sj_neuron_ops.py records both).
+
+On CUDA (and meta) a multi-step IFNode/LIFNode call is one registered op,
+`sj_<neuron>.forward(x_seq, v_init, <parameters>) -> (spikes, v, h_seq)`, and its gradient one
+`sj_<neuron>.backward(grad_spikes, grad_v, h_seq, <parameters>) -> (grad_x, grad_v_init)`.
+On CPU SpikingJelly's AutogradCPU kernel runs the same call as per-step aten ops
+(spikingjelly/_ops/<neuron>/reference.py, reset.py, surrogate.py), and autograd differentiates
+them; those are what SpikingJelly's own counters see. Each rule here is that decomposition's
+count, per element of one step (E = numel(v_init)) times the steps, a sum of the terms below.
+
+Forward, per element per step (exact: the decomposition's ops do not depend on values, their
+counts only on the arguments). Bytes are `k + j * s`, s the element size of x (spikes are
+x's dtype, the state and h float32):
+* charge, LIF `h = v + (x - (v - v_reset)) / tau` (decay_input) or `v - (v - v_reset) / tau + x`:
+  sub, sub, div, add; IF `h = v + x`: add. (v_reset None subtracts 0.0 all the same.)
+* fire `(h - threshold >= 0).to(float32)`: sub, ge, a bool->float copy; and for an x that is not
+  float32 the spike's cast to x's dtype.
+* reset, hard `spike * v_reset + (1 - spike) * h`: mul, rsub, mul, add; soft `h - spike *
+  threshold`: mul, sub. detach_reset only detaches (no op).
+* outputs: the stacks of spikes and h (and of v when store_v_seq).
+
+Backward: on CPU there is no backward op; autograd runs the derivative of each forward op, so
+its count is that of SpikingJelly's CPU training step, which the rule reproduces for the
+module's call: x_seq needing grad, v_init not (a fresh or detached state) and no gradient into
+the final v (SpikingJelly keeps it as state). Per element, some terms run every step, the
+ones carrying the gradient from step t to step t-1 run T-1 times:
+* every step: the surrogate's gradient and its product with the spike's gradient; LIF with
+  decay_input the div by tau on x's path; the stack of x's gradients;
+* from step to step: the reset's derivative (none through the spike with detach_reset) and
+  the charge's on v's path, with the sums where two paths meet.
+The fused op differs from that in two ways the rule does not follow: it runs every step's
+full recurrence (grad_v_init included, and grad_v materialised as zeros by SpikingJelly's
+wrapper, a `zeros_like` recorded apart), and it fuses the arithmetic into one pass
+(docs/deviations.md, "SpikingJelly's fused neuron ops").
+
+ACs depend on values: CPU counts an add of two binary tensors as nnz(a) + nnz(b), not numel.
+The decomposition's two-tensor adds have a binary pair only for a binary input current x (or
+binary incoming gradient in backward), e.g. IF's first `v_init + x` with v_init zeros; their
+intermediate values are not in the trace. So: a known binary x_seq (grad_spikes) leaves the
+AC unknown (NULL, reported), any other (values unknown on meta included) gets the dense count,
+which CPU gives for a float input current such as a synaptic layer's output.
+
+Surrogates (surrogate_id, SpikingJelly's _SURROGATE_IDS) whose gradient takes `abs`
+(PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike) have no FLOP or byte rule, as `abs`
+and `clamp_min` have none on CPU: those counts are unknown; their ACs are known.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from spiketrace.analyze.counters.sql import arg, arg_is_null
+
+
+class Cost(NamedTuple):
+    """Per element per step: FLOPs, ACs (dense), and bytes = k + j * (element size of x)."""
+    flop: int | None
+    ac: int
+    k: int | None
+    j: int = 0
+
+
+ZERO = Cost(0, 0, 0)
+
+# Argument positions (after the tensors) of each op: the parameters the rules read.
+# sj_if.forward(x, v, threshold, reset, detach_reset, alpha, store_v_seq=True, surrogate_id=0)
+# sj_lif.forward(x, v, tau, decay_input, threshold, reset, detach_reset, alpha, store_v_seq,
+#                surrogate_id); backward: (grad_spikes, grad_v, h, <the same parameters>)
+LAYOUTS = {
+    "sj_if.forward.default": {"reset": 3, "detach_reset": 4, "store_v_seq": 6},
+    "sj_if.backward.default": {"reset": 4, "detach_reset": 5, "surrogate_id": 8},
+    "sj_lif.forward.default": {"decay_input": 3, "reset": 5, "detach_reset": 6, "store_v_seq": 8},
+    "sj_lif.backward.default": {"decay_input": 4, "reset": 6, "detach_reset": 7, "surrogate_id": 10},
+}
+
+# -- forward (reference._forward_impl) ------------------------------------------------------
+# LIF's charge, either form: sub 8 B + (x - a or + x) 8 + s + div 8 + add or sub 12; ACs the
+# sub, sub and add. IF's: add 8 + s.
+CHARGE = {"sj_if": Cost(1, 1, 8, 1), "sj_lif": Cost(4, 3, 36, 1)}
+FIRE = Cost(2, 1, 18)        # sub 8 B, ge 4 + 1 (bool), _to_copy 1 + 4
+SPIKE_CAST = Cost(0, 0, 4, 1)  # x not float32: spike.to(x.dtype)
+RESET = {"hard": Cost(4, 2, 40), "soft": Cost(2, 1, 20)}  # mul 8, rsub 8, mul 12, add 12 | mul 8, sub 12
+OUTPUTS = Cost(0, 0, 8, 2)   # stack(spikes) reads and writes x's dtype, stack(h) float32
+V_SEQ = Cost(0, 0, 8)        # stack(voltages) with store_v_seq
+
+# -- backward (autograd of the forward above; float32) ----------------------------------------
+# The surrogate's gradient (surrogate.py _surrogate_gradient) times the spike's gradient (mul 12 B).
+# 0 Sigmoid: mul, sigmoid (4), rsub, mul, mul; 1 ATan: mul, mul, add (the AC), reciprocal, mul;
+# 6 Erf: mul, neg, mul, exp, mul. ACs 2 rsub, 3 none, 4 and 5 one add (their FLOPs and bytes:
+# abs has no rule).
+SURROGATE = {
+    0: Cost(9, 1, 56), 1: Cost(6, 1, 56), 2: Cost(None, 1, None), 3: Cost(None, 0, None),
+    4: Cost(None, 1, None), 5: Cost(None, 1, None), 6: Cost(6, 0, 56),
+}
+GRAD_X = Cost(0, 0, 0, 2)        # stack of the steps' x gradients (UnbindBackward), x's dtype
+GRAD_CAST = Cost(0, 0, 8, 2)     # x not float32: the spike's gradient to float32, x's back (4 + s each)
+DECAY_INPUT_GRAD = Cost(1, 0, 8)  # LIF with decay_input: x's gradient divided by tau
+# From step t to t-1, the charge's derivative on v's path: LIF with decay_input neg (of
+# x - a), add (v's two uses); without: neg, div, add; IF's h = v + x passes it on.
+CHARGE_CHAIN = {"sj_if": ZERO, "sj_lif_decay": Cost(2, 1, 20), "sj_lif": Cost(3, 1, 28)}
+# ... and the reset's, (hard|soft, detach_reset). hard: grad via spike * v_reset (mul 8),
+# 1 - spike (neg 8), (1 - spike) * h (mul 12 twice), sums for the spike (2 adds) and h (add);
+# detached: only (1 - spike) * h's h path and h's sum. soft: -g (neg), * threshold (mul), the
+# spike's and h's sums; detached: h's sum.
+RESET_CHAIN = {
+    ("hard", False): Cost(7, 3, 76), ("hard", True): Cost(2, 1, 24),
+    ("soft", False): Cost(4, 2, 40), ("soft", True): Cost(1, 1, 12),
+}
+
+
+def _flag(op: str, name: str) -> str:
+    return f"coalesce({arg(LAYOUTS[op][name], 'BOOLEAN')}, true)"
+
+
+def _hard(op: str) -> str:
+    return f"NOT {arg_is_null(LAYOUTS[op]['reset'])}"
+
+
+def _pick(cases: list[tuple[str, Cost]], field: str, elements: str, x_bytes: str) -> str:
+    """CASE over (condition, cost): the cost's `field` per element per step, times `elements`."""
+    def value(cost: Cost) -> str:
+        amount = cost.k if field == "bytes" else getattr(cost, field)
+        if amount is None:
+            return "NULL"
+        parts = [f"{amount} * {elements}"] if amount else []
+        if field == "bytes" and cost.j:
+            parts.append(f"{cost.j} * {x_bytes}")
+        return f"({' + '.join(parts)})" if parts else "0"
+    values = [value(cost) for _, cost in cases]
+    if len(set(values)) == 1:
+        return values[0]
+    return "(CASE " + " ".join(f"WHEN {c} THEN {v}" for (c, _), v in zip(cases, values)) + " END)"
+
+
+def _reset_cases(op: str, table: dict, detach: bool) -> list[tuple[str, Cost]]:
+    if not detach:
+        return [(_hard(op), table["hard"]), ("true", table["soft"])]
+    det = _flag(op, "detach_reset")
+    return [(f"{_hard(op)} AND {det}", table[("hard", True)]), (_hard(op), table[("hard", False)]),
+            (det, table[("soft", True)]), ("true", table[("soft", False)])]
+
+
+def _forward_terms(op: str) -> list[tuple[list[tuple[str, Cost]], str]]:
+    """(cases, elements) per term of the forward; x = a0 ([T, ...]): T * E = a0_numel."""
+    neuron = op.split(".")[0]
+    n = "a0_numel"
+    return [
+        ([("true", CHARGE[neuron])], n),
+        ([("true", FIRE)], n),
+        ([("a0_bytes <> 4 * a0_numel", SPIKE_CAST), ("true", ZERO)], n),
+        (_reset_cases(op, RESET, detach=False), n),
+        ([("true", OUTPUTS)], n),
+        ([(_flag(op, "store_v_seq"), V_SEQ), ("true", ZERO)], n),
+    ]
+
+
+def _backward_terms(op: str) -> list[tuple[list[tuple[str, Cost]], str]]:
+    """(cases, elements) per term of the backward; h = a2 ([T, ...]): every step a2_numel
+    elements, from step to step a2_numel - E, E = a2_numel / T."""
+    neuron = op.split(".")[0]
+    every, chained = "a2_numel", "(a2_numel - a2_numel // a2_shape[1])"
+    surrogate = f"coalesce({arg(LAYOUTS[op]['surrogate_id'])}, 0)"
+    if neuron == "sj_lif":
+        decay = _flag(op, "decay_input")
+        decay_terms = [
+            ([(decay, DECAY_INPUT_GRAD), ("true", ZERO)], every),
+            ([(decay, CHARGE_CHAIN["sj_lif_decay"]), ("true", CHARGE_CHAIN["sj_lif"])], chained),
+        ]
+    else:
+        decay_terms = []
+    return [
+        ([(f"{surrogate} = {i}", cost) for i, cost in SURROGATE.items()] + [("true", Cost(None, None, None))], every),
+        ([("true", GRAD_X)], every),
+        ([("a0_bytes <> 4 * a0_numel", GRAD_CAST), ("true", ZERO)], every),
+        *decay_terms,
+        (_reset_cases(op, RESET_CHAIN, detach=True), chained),
+    ]
+
+
+# LIF without decay_input, first step: `v_init - (v_init - v_reset) / tau` subtracts two tensors
+# that are binary when v_init is all 0 and the reset value (0.0 for soft reset) is 0: CPU counts
+# nnz + nnz = 0 there, not E. (Or v_init all 1 with v_reset = 1 - tau: 2E.) SpikingJelly's fresh
+# state is v_init filled with the reset value, so where v_init's values are unknown (meta) a
+# zero reset value gives 0. Every other two-tensor add pairs an operand that follows x's values.
+_RESET_VALUE = f"coalesce({arg(5, 'DOUBLE')}, 0)"
+_FIRST_STEP_SUB = (
+    f"(CASE WHEN coalesce(a1_is01, true) AND coalesce(a1_nnz, 0) = 0 AND {_RESET_VALUE} = 0 THEN 0"
+    f" WHEN a1_is01 AND a1_nnz = a1_numel AND {_RESET_VALUE} = 1 - {arg(2, 'DOUBLE')} THEN 2 * a1_numel"
+    " ELSE a1_numel END)"
+)
+AC_ADJUSTMENT = {
+    "sj_lif.forward.default":
+        f"CASE WHEN {_flag('sj_lif.forward.default', 'decay_input')} THEN 0 ELSE {_FIRST_STEP_SUB} - a1_numel END",
+}
+
+
+def _rule(op: str, field: str) -> str:
+    forward = op.split(".")[1] == "forward"
+    terms = _forward_terms(op) if forward else _backward_terms(op)
+    picked = [_pick(cases, field, elements, "a0_bytes") for cases, elements in terms]
+    total = "(" + " + ".join(p for p in picked if p != "0") + ")"
+    if field != "ac":
+        return total
+    if op in AC_ADJUSTMENT:
+        total = f"({total} + {AC_ADJUSTMENT[op]})"
+    # a binary x_seq (grad_spikes) makes some adds nnz(a) + nnz(b) on CPU: unknown here
+    return f"CASE WHEN coalesce(a0_is01, false) THEN NULL ELSE {total} END"
+
+
+OPS = tuple(LAYOUTS)
+FLOP: dict[str, str] = {op: _rule(op, "flop") for op in OPS}
+BYTES: dict[str, str] = {op: _rule(op, "bytes") for op in OPS}
+AC: dict[str, str] = {op: _rule(op, "ac") for op in OPS}
