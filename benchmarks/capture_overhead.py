@@ -104,6 +104,28 @@ def python_path(slow_paths: str):
             os.environ[ENVIRONMENT_VARIABLE] = previous
 
 
+def recorded_seconds(workload, steps: int, path: Path, untimed_steps: int = 0, slow_paths: str = "",
+                     **options) -> float:
+    """Seconds of `steps` training steps recorded into `path` (removed after), timed with the
+    recorder open: opening a trace and its final flush are paid once per trace (a flush per 200k
+    events by default), not per step; the size table reports them. `untimed_steps` recorded
+    first leave out what only a trace's first step pays (describing every parameter and buffer,
+    first sight of every op and argument structure): the steady state of a recorder left on.
+    `slow_paths`: the fast paths off (python_path); `options`: the Recorder's settings."""
+    net, x, target, loss_fn, opt = workload
+    with python_path(slow_paths), Recorder(path, model=net, optimizer=opt, **options) as recorder:
+        for _ in range(untimed_steps):
+            train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+            recorder.step()
+        start = time.perf_counter()
+        for _ in range(steps):
+            train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
+            recorder.step()
+        elapsed = time.perf_counter() - start
+    shutil.rmtree(path)
+    return elapsed
+
+
 def make_variants(workload, steps: int, scratch: Path):
     net, x, target, loss_fn, opt = workload
 
@@ -113,23 +135,8 @@ def make_variants(workload, steps: int, scratch: Path):
 
     def spiketrace_at(level: str, untimed_steps: int = 0, slow_paths: str = ""):
         def spiketrace():
-            # Timed with the recorder open: opening a trace and its final flush are paid once per
-            # trace (a flush per 200k events by default), not per step; the size table reports them.
-            # `untimed_steps` recorded first leave out what only a trace's first step pays
-            # (describing every parameter and buffer, first sight of every op and argument
-            # structure): the steady state of a recorder left on.
-            path = scratch / f"capture-{level}"
-            with python_path(slow_paths), Recorder(path, model=net, optimizer=opt, value_statistics=level) as recorder:
-                for _ in range(untimed_steps):
-                    train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
-                    recorder.step()
-                start = time.perf_counter()
-                for _ in range(steps):
-                    train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
-                    recorder.step()
-                elapsed = time.perf_counter() - start
-            shutil.rmtree(path)
-            return elapsed
+            return recorded_seconds(workload, steps, scratch / f"capture-{level}", untimed_steps, slow_paths,
+                                    value_statistics=level)
 
         return spiketrace
 

@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import paired_samples, python_path  # noqa: E402
+from benchmarks.capture_overhead import paired_samples, python_path, recorded_seconds  # noqa: E402
 from benchmarks.workloads import make, train_step  # noqa: E402
 from spiketrace.capture import Recorder  # noqa: E402
 
@@ -57,20 +57,8 @@ def opened(path, slow: str, **options):
 
 
 def recorded_steps(workload, steps: int, scratch: Path, level: str, defer: bool, slow: str):
-    net, x, target, loss_fn, opt = workload
-
-    def run():
-        path = scratch / f"capture-{level}-{defer}-{slow}"
-        with opened(path, slow, model=net, optimizer=opt, value_statistics=level, defer_statistics=defer) as recorder:
-            start = time.perf_counter()
-            for _ in range(steps):
-                train_step(net, x, target, loss_fn, opt, stage=recorder.stage)
-                recorder.step()
-            elapsed = time.perf_counter() - start
-        shutil.rmtree(path)
-        return elapsed
-
-    return run
+    return lambda: recorded_seconds(workload, steps, scratch / f"capture-{level}-{defer}-{slow}", slow_paths=slow,
+                                    value_statistics=level, defer_statistics=defer)
 
 
 def workload_ratios(name: str, rounds: int, warmup: int, steps: int, scratch: Path) -> dict:

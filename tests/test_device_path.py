@@ -11,13 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from spiketrace.analyze import open_trace
-from spiketrace.analyze.counters import counts
 from spiketrace.capture import Recorder
 from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE
-from spiketrace.schemas.tables import TABLES
 from tests import zoo
-from tests.test_fast_paths import ORDER
+from tests.test_fast_paths import read_tables
 
 
 def capture(path, case, monkeypatch=None, slow_paths="", **options) -> tuple[dict[str, pd.DataFrame], int]:
@@ -31,13 +28,7 @@ def capture(path, case, monkeypatch=None, slow_paths="", **options) -> tuple[dic
         compiled = recorder.ops.native.recorded if recorder.ops.native is not None else 0
     if slow_paths:
         monkeypatch.delenv(ENVIRONMENT_VARIABLE)
-    tables = {}
-    with open_trace(path) as trace:
-        for table in TABLES:
-            frame = trace.sql(f"SELECT * EXCLUDE (rank) FROM {table} ORDER BY {ORDER[table]}")
-            tables[table] = frame.drop(columns=["storage_ptr"], errors="ignore")
-        tables["counts"] = counts(trace).sort_values(["counter", "scope", "op"]).reset_index(drop=True)
-    return tables, compiled
+    return read_tables(path), compiled
 
 
 @pytest.mark.parametrize("kernels", ["cpu", "torch"])

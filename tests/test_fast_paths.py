@@ -38,6 +38,11 @@ def capture_tables(path, case, monkeypatch, slow: str) -> dict[str, pd.DataFrame
     with Recorder(path, model=model, optimizer=optimizer, keep_binary_inputs=True) as recorder:
         zoo.run_steps(recorder, model, x, case, optimizer)
     monkeypatch.delenv(ENVIRONMENT_VARIABLE)
+    return read_tables(path)
+
+
+def read_tables(path) -> dict[str, pd.DataFrame]:
+    """Every table of the trace in ORDER, storage pointers left out, and its counts."""
     tables = {}
     with open_trace(path) as trace:
         for table in TABLES:
