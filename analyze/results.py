@@ -33,7 +33,7 @@ from spiketrace.analyze.trace import Trace, open_trace
 # The counters a default `counts()` runs: the five op counters, so the report, roofline and
 # diff all ask for (and share) the same cached result.
 DEFAULT_COUNTERS = tuple(COUNTERS)
-_BY_TRACE: "weakref.WeakKeyDictionary[Trace, Analysis]" = weakref.WeakKeyDictionary()
+_BY_TRACE: weakref.WeakKeyDictionary[Trace, Analysis] = weakref.WeakKeyDictionary()
 
 
 def _frozen(value: Any):
@@ -60,14 +60,14 @@ class Analysis:
 
     def __init__(self, trace: Trace | str | os.PathLike, **open_options) -> None:
         self._owns_trace = not isinstance(trace, Trace)
-        self.trace = open_trace(trace, **open_options) if self._owns_trace else trace
+        self.trace = trace if isinstance(trace, Trace) else open_trace(trace, **open_options)
         self._counts: dict[tuple, CounterResult] = {}
         self._activities: dict[tuple, Any] = {}
         self.mapped: dict[str, int] = {}  # model -> how many times its trace mapping ran
         self._default_model: str | None = None
 
     @classmethod
-    def of(cls, source) -> "Analysis":
+    def of(cls, source) -> Analysis:
         """The Analysis of `source`: itself, the one shared by every caller of this opened
         Trace, or a new one over the trace at a path."""
         if isinstance(source, Analysis):
@@ -132,7 +132,7 @@ class Analysis:
         if self._owns_trace:
             self.trace.close()
 
-    def __enter__(self) -> "Analysis":
+    def __enter__(self) -> Analysis:
         return self
 
     def __exit__(self, *exc) -> None:

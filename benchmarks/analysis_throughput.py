@@ -229,7 +229,8 @@ def profile(path: Path) -> None:
     print(f"\nprofile of count(trace) with all five (profiling on), {total:.2f} s; DuckDB statements (execute and fetch), "
           "by kind, in the main thread and in the gather thread (which runs alongside): "
           + "; ".join(f"{kind} {t:.2f} s" for kind, t in sorted(seconds.items(), key=lambda i: -i[1]))
-          + f"; main thread outside its DuckDB statements (numpy gathers, Arrow tables, waiting for the gather thread) {total - main:.2f} s")
+          + "; main thread outside its DuckDB statements (numpy gathers, Arrow tables, waiting for the gather thread) "
+          + f"{total - main:.2f} s")
     print(f"the slowest statement ({slowest[1]}, {slowest[0]:.2f} s) by operator (EXPLAIN ANALYZE, CPU s "
           f"summed over threads, {sum(t for t, _ in operators.values()):.2f} s in all): "
           + "; ".join(f"{name} x{n} {t:.2f} s" for name, (t, n) in sorted(operators.items(), key=lambda i: -i[1][0])[:5]))
@@ -325,7 +326,8 @@ def main() -> None:
                 problems = trace.warnings + trace.validate()
                 if count(trace).totals() != {k: v * (total // events) for k, v in count(captured).totals().items()}:
                     problems.append(f"count() totals are not {total // events} x those of the captured steps")
-            print("open_trace warnings, validate(), totals = tiles x captured: " + ("; ".join(problems) if problems else "all fine"))
+            print("open_trace warnings, validate(), totals = tiles x captured: "
+                  + ("; ".join(problems) if problems else "all fine"))
         results = {command: measure(path, command, args.repeats, args.timeout) for command in commands}
         report(label, total, results)
         if total >= 1_000_000:

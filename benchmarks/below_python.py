@@ -38,8 +38,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import PassThrough, paired_samples  # noqa: E402
-from benchmarks.workloads import make, train_step  # noqa: E402
+from benchmarks.capture_overhead import PassThrough, paired_samples
+from benchmarks.workloads import make, train_step
 
 OBSERVER_SOURCE = Path(__file__).resolve().parent / "cpp" / "record_function_observer.cpp"
 

@@ -6,7 +6,8 @@
    pass-through TorchDispatchMode (the floor of any Python dispatch mode); under spiketrace
    capture with full statistics, the same after one untimed recorded step ("steady": what a
    recorder left on pays per step, without a trace's first-step costs), the same with the
-   compiled per-op path off ("Python path": capture/native/__init__.py), and with synaptic statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
+   compiled per-op path off ("Python path": capture/native/__init__.py), and with synaptic
+   statistics; under SpikingJelly's DispatchCounterMode with its five basic counters; under
    torch.profiler(record_shapes=True) + export_chrome_trace.
    Variants are interleaved with a plain sample next to each (alternating order, rotating
    variant order, warm-up rounds, gc.collect() outside the timed region). Reported: the median
@@ -66,9 +67,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workloads import make, train_step  # noqa: E402
-from spiketrace.capture import Recorder, native, schedule  # noqa: E402
-from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE  # noqa: E402
+from benchmarks.workloads import make, train_step
+from spiketrace.capture import Recorder, native, schedule
+from spiketrace.capture.session.fast_paths import ENVIRONMENT_VARIABLE
 
 
 class PassThrough(TorchDispatchMode):
@@ -78,7 +79,12 @@ class PassThrough(TorchDispatchMode):
 
 def spikingjelly_mode():
     from spikingjelly.activation_based.op_counter import (
-        ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
+        ACCounter,
+        DispatchCounterMode,
+        FlopCounter,
+        MACCounter,
+        MemoryAccessCounter,
+        SynOpCounter,
     )
 
     counters = [FlopCounter(), MemoryAccessCounter(), SynOpCounter(), MACCounter(), ACCounter()]
@@ -304,7 +310,8 @@ def memory_per_event(name: str, steps: int, scratch: Path) -> tuple[float, float
                 recorder.writer.flush()  # the warm-up rows written: the buffers hold the measured rows only
                 gc.collect()
                 tracemalloc.start()
-                rss, events, estimate = rss_bytes(), len(recorder.writer.tables["events"]), recorder.writer.buffered_bytes_estimate()
+                rss, events = rss_bytes(), len(recorder.writer.tables["events"])
+                estimate = recorder.writer.buffered_bytes_estimate()
         gc.collect()
         kept = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()

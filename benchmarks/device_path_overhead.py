@@ -40,9 +40,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import paired_samples, python_path, recorded_seconds  # noqa: E402
-from benchmarks.workloads import make, train_step  # noqa: E402
-from spiketrace.capture import Recorder  # noqa: E402
+from benchmarks.capture_overhead import paired_samples, python_path, recorded_seconds
+from benchmarks.workloads import make, train_step
+from spiketrace.capture import Recorder
 
 LEVELS = ("none", "full")
 # path -> (defer_statistics, fast paths off)

@@ -94,8 +94,8 @@ def equal(a: dict, b: dict) -> bool:
 
 def build_copies(source: Path, scratch: Path, shape: str, part_events: int) -> tuple[list[str], int, int]:
     """COPIES copies of one trace of RANKS ranks of at least EVENTS events each (`shape` RANKSxEVENTS)."""
-    from spiketrace.analyze import open_trace
     from benchmarks.tiling import build
+    from spiketrace.analyze import open_trace
 
     ranks, events = (int(v) for v in shape.lower().split("x"))
     first = scratch / "copy=0"

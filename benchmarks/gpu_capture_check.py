@@ -40,9 +40,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.capture_overhead import paired_samples  # noqa: E402
-from benchmarks.workloads import make, train_step  # noqa: E402
-from spiketrace.capture import Recorder  # noqa: E402
+from benchmarks.capture_overhead import paired_samples
+from benchmarks.workloads import make, train_step
+from spiketrace.capture import Recorder
 
 WORKLOADS = ("mlp", "vgg", "sew", "resnet18", "spikformer", "transformer")
 CONV_NETS = ("vgg", "sew", "resnet18")

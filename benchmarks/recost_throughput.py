@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import make, train_step  # noqa: E402
+from spikingjelly.activation_based import functional
+from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler
+from workloads import make, train_step
 
-from spiketrace.analyze import open_trace  # noqa: E402
-from spiketrace.analyze.energy import _model, load_preset, map_activity, neuromc, recost, sweep_presets  # noqa: E402
-from spiketrace.analyze.energy.neuromc.sweep import sweep_totals  # noqa: E402
-from spiketrace.capture import Recorder  # noqa: E402
-from spikingjelly.activation_based import functional  # noqa: E402
-from spikingjelly.activation_based.op_counter import NeuroMCEnergyProfiler  # noqa: E402
+from spiketrace.analyze import open_trace
+from spiketrace.analyze.energy import _model, load_preset, map_activity, neuromc, recost, sweep_presets
+from spiketrace.analyze.energy.neuromc.sweep import sweep_totals
+from spiketrace.capture import Recorder
 
 SRAM, DRAM = "sram_fp_conv_in_w", "dram"
 
@@ -121,7 +121,7 @@ def reference(workload: str, n: int) -> tuple[float, float]:
         train_step(model, x, target, loss_fn, optimizer, stage=lambda name: profiler.stage(name, phase=name),
                    before_step=lambda: profiler.record_optimizer_step("optimizer"))
     profiled = time.perf_counter() - started
-    profiler._unsupported_ops = lambda: []  # bypass its refusal of ops it has no rule for
+    profiler._unsupported_ops = list  # bypass its refusal of ops it has no rule for
     config = profiler.memory_config
     config.validate = lambda: None  # and its preset check
     base = dict(config.memory_instances)
@@ -178,7 +178,8 @@ def main() -> None:
     print("| step | spiketrace | SpikingJelly 2.0.0 |\n|---|---|---|")
     print(f"| model run | none (trace captured once) | {profiled_s:.2f} s profiled step per trace |")
     print(f"| mapper (once) | {statistics.median(mapper):.3f} s | - |")
-    print(f"| cost {presets:,} presets (on the mapped activity) | {statistics.median(costing):.3f} s ({ours_ms * 1e3:.1f} us/preset) | "
+    print(f"| cost {presets:,} presets (on the mapped activity) | "
+          f"{statistics.median(costing):.3f} s ({ours_ms * 1e3:.1f} us/preset) | "
           f"{reference_ms * presets / 1e3:.1f} s extrapolated ({reference_ms:.2f} ms/preset, "
           f"{args.reference_presets} measured) |")
     print(f"| whole recost call | {statistics.median(whole):.3f} s | - |")

@@ -90,7 +90,8 @@ def build(source_path: Path, path: Path, min_events: int, part_events: int, *, r
     for first in range(0, tiles, per_part):
         for name, table in source.items():
             if first == 0 or (name not in SHARED and table.num_rows):
-                commit_part(writer, name, table if name in SHARED else tile(table, name, first, min(per_part, tiles - first), span))
+                part = table if name in SHARED else tile(table, name, first, min(per_part, tiles - first), span)
+                commit_part(writer, name, part)
         writer.part_index += 1
         writer.write_manifest()
     writer.manifest["steps_recorded"] = manifest["steps_recorded"] * tiles

@@ -11,9 +11,8 @@ forward, loss, backward, optimizer step, reset.
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from spikingjelly.activation_based import functional, layer, neuron, surrogate
+from torch import nn
 
 
 def _lif(detach_reset=False):

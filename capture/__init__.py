@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
-
 _LAZY = {
+    "__version__": "spiketrace.schemas.version",  # the distribution's one version
     "Recorder": "spiketrace.capture.session.recorder",
     "RecorderError": "spiketrace.capture.session.recorder",
     "schedule": "spiketrace.capture.session.recorder",
@@ -40,7 +39,7 @@ _LAZY = {
     "record_inference": "spiketrace.capture.session.scenarios",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(name for name in _LAZY if not name.startswith("__"))
 
 
 def __getattr__(name: str):

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from spiketrace.capture.native.counters import new_counter
+from spiketrace.capture.native.counters import Counter, new_counter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
     from spiketrace.capture.modules.catalog import ModuleCatalog
-    from spiketrace.capture.tensors.registry import TensorRegistry
     from spiketrace.capture.modules.tracker import ScopeTracker
     from spiketrace.capture.store.writer import TraceWriter
+    from spiketrace.capture.tensors.registry import TensorRegistry
 
 # Distinct (parents, active modules) states whose scope id is remembered before starting over.
 SCOPES_REMEMBERED = 65536
@@ -47,15 +48,16 @@ class Stage:
 
 @dataclass(eq=False, slots=True)
 class RecordingContext:
-    writer: "TraceWriter"
-    catalog: "ModuleCatalog"
+    writer: TraceWriter
+    catalog: ModuleCatalog
     keep_binary_inputs: bool = False
     defer_statistics: bool = False
     value_statistics: str = "full"  # the level (schemas/statistics_levels.py)
     fast_paths: frozenset = frozenset()  # capture/session/fast_paths.py
-    # Built after the context, since they take its seq counter and scope state:
-    registry: "TensorRegistry | None" = None
-    tracker: "ScopeTracker | None" = None
+    # Set right after the context is built (Recorder.__enter__), since they take its seq counter
+    # and scope state; unset until then:
+    registry: TensorRegistry = field(init=False, repr=False)
+    tracker: ScopeTracker = field(init=False, repr=False)
     # Set by the Recorder's API:
     recording: bool = False
     step_index: int = 0
@@ -64,7 +66,7 @@ class RecordingContext:
     current_record: str = ""
     lock: threading.RLock = field(default_factory=threading.RLock)
     # The next record's seq (`seq` reads and sets it), a counter the compiled record advances in C.
-    seq_counter: object = field(default_factory=new_counter)
+    seq_counter: Counter = field(default_factory=new_counter)
     steps_recorded: set = field(default_factory=set)
     main_thread: int = field(default_factory=threading.get_ident)
     _threads: dict = field(default_factory=dict)  # ident -> thread index (the events' `thread`)
@@ -76,7 +78,7 @@ class RecordingContext:
     _memory_snapshots: dict = field(default_factory=dict)
     # The compiled record's describe(tensor, seq) (capture/native/record/hooks.c), or None: a memory
     # tensor it takes costs a fraction of the Python describe.
-    native_describe: "Callable[[torch.Tensor, int], int] | None" = None
+    native_describe: Callable[[torch.Tensor, int], int] | None = None
     _stateful_generation: int = -1
     _active_stateful: list = field(default_factory=list)  # (module_id, module) of active neurons
 

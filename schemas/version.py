@@ -7,6 +7,11 @@ its own major version (older minors get the new columns as NULL) and refuses a n
 
 from __future__ import annotations
 
+# The distribution's version, its one source: pyproject.toml reads it (setuptools' attr, without
+# importing), `spiketrace --version` prints it and every trace's manifest records it. A release
+# adds its entry to CHANGELOG.md and CITATION.cff's version (tests/test_package_files.py).
+__version__ = "0.1.0"
+
 SCHEMA_VERSION = "1.3"
 # 1.1: events.recompute, module_events.recompute, the collectives table.
 # 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.

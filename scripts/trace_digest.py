@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
 try:  # the one package
     from spiketrace.analyze import open_trace
@@ -33,8 +33,8 @@ except ImportError:  # the three top-level packages before it
     from spiketrace.analyze.counters import counts
     from spiketrace.capture import Recorder
     from spiketrace.schemas.tables import TABLES
-from tests import zoo  # noqa: E402
-from tests.test_fast_paths import ORDER  # noqa: E402
+from tests import zoo
+from tests.test_fast_paths import ORDER
 
 
 def digests(case) -> dict[str, str]:

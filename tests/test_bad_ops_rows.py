@@ -65,7 +65,8 @@ def test_a_statistic_failing_mid_op_costs_that_statistic_not_the_trace(tmp_path,
     # run of 3 covered 2 rows and the flush failed the whole trace ("rows end inside a run").
     monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", SCANS[scan])
     x, y = torch.randn(3, 4), torch.full((3, 4), 7.0)
-    scans = {"immediate_stats": spiketrace.capture.tensors.registry.immediate_stats, "python_stats": spiketrace.capture.tensors.registry.python_stats}
+    registry = spiketrace.capture.tensors.registry
+    scans = {"immediate_stats": registry.immediate_stats, "python_stats": registry.python_stats}
 
     def failing(real):
         def scan(t):
@@ -204,7 +205,7 @@ def test_a_warning_made_an_error_by_the_user_is_not_a_capture_failure(tmp_path, 
     real = spiketrace.capture.tensors.registry.immediate_stats
 
     def warning_scan(t):
-        warnings.warn("a torch warning met while scanning", UserWarning)
+        warnings.warn("a torch warning met while scanning", UserWarning, stacklevel=1)
         return real(t)
 
     monkeypatch.setattr(spiketrace.capture.tensors.registry, "immediate_stats", warning_scan)
@@ -215,7 +216,7 @@ def test_a_warning_made_an_error_by_the_user_is_not_a_capture_failure(tmp_path, 
         with Recorder(tmp_path / "t") as rec, rec.stage("forward"):
             spikes = (x > 0).float()
         with pytest.raises(UserWarning):
-            warnings.warn("the user's own warning", UserWarning)
+            warnings.warn("the user's own warning", UserWarning, stacklevel=1)
     manifest = _manifest(tmp_path / "t")
     assert manifest["status"] == "complete" and manifest["degraded"] == []
     rows = pq.read_table(tmp_path / "t" / "tensors").to_pylist()

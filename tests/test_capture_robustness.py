@@ -70,7 +70,8 @@ def test_existing_trace_is_replaced(tmp_path):
     record_inference(tmp_path / "t", model, torch.ones(1, 3))
     record_inference(tmp_path / "t", model, torch.ones(4, 3))
     with open_trace(tmp_path / "t") as trace:
-        shapes = trace.sql("SELECT DISTINCT shape FROM tensors WHERE shape[2] = 3 AND shape[1] <> 2")["shape"]  # inputs, not the weight
+        # inputs, not the weight
+        shapes = trace.sql("SELECT DISTINCT shape FROM tensors WHERE shape[2] = 3 AND shape[1] <> 2")["shape"]
     assert [list(s) for s in shapes] == [[4, 3]]
 
 
@@ -107,7 +108,8 @@ def test_unlabeled_ops_and_inferred_legacy_stage_options(tmp_path):
             torch.ones(2).neg()
     with open_trace(tmp_path / "t") as trace:
         events = trace.sql("SELECT stage, phase FROM events WHERE op = 'aten.neg.default' ORDER BY seq")
-        stages = trace.sql("SELECT name, phase, phase_source, reuse_weights, batch_norm_backward, b_index, t_index FROM stages ORDER BY begin_seq")
+        stages = trace.sql("SELECT name, phase, phase_source, reuse_weights, batch_norm_backward, b_index, t_index "
+                           "FROM stages ORDER BY begin_seq")
     assert list(events["stage"]) == ["unlabeled", "b1_t0_forward_without_bp_bn", "weight_update"]
     assert events["phase"].isna().tolist() == [True, False, False]
     first, second = stages.to_dict("records")
@@ -253,7 +255,7 @@ def test_exception_inside_capture_marks_trace_failed(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with Recorder(tmp_path / "t") as recorder, recorder.stage("forward"):
             torch.ones(3).neg()
-            1 / 0
+            _ = 1 / 0
     with open_trace(tmp_path / "t") as trace:
         assert not trace.complete
         assert trace.manifests[0]["status"] == "failed"
@@ -272,7 +274,8 @@ def test_only_the_recorders_users_import_it():
     importers = []
     for path in sorted((REPO / "capture").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else [])
             if any(name == "spiketrace.capture.session.recorder" for name in names):
                 importers.append(path.name)
     assert importers and set(importers) <= allowed, importers

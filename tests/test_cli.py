@@ -130,7 +130,8 @@ def test_real_subprocess_exit_codes_and_one_line_error(trace_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "spiketrace.analyze.cli", *map(str, args)], capture_output=True, text=True, env=env)
+        return subprocess.run([sys.executable, "-m", "spiketrace.analyze.cli", *map(str, args)],
+                              capture_output=True, text=True, env=env)
 
     ok = cli("validate", trace_dir)
     assert ok.returncode == 0 and ok.stdout.startswith("OK")
@@ -144,7 +145,8 @@ def test_real_subprocess_exit_codes_and_one_line_error(trace_dir, tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("spiketrace.capture.session.example") is None, reason="capture/session/example.py not written yet")
+@pytest.mark.skipif(importlib.util.find_spec("spiketrace.capture.session.example") is None,
+                    reason="capture/session/example.py not written yet")
 def test_demo_records_and_summarises(tmp_path):
     result = run("demo", tmp_path / "demo", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -186,7 +188,7 @@ def test_help_is_fast_to_load_and_matches_the_commands():
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    for name, (module, short) in COMMANDS.items():  # the listed line is the command's own
+    for name, (_module, short) in COMMANDS.items():  # the listed line is the command's own
         command = main.get_command(None, name)
         assert command is not None and command.help.splitlines()[0] == short, name
 

@@ -26,11 +26,11 @@ def entries(*sizes):
 
 @pytest.mark.parametrize(("sizes", "small", "target", "runs"), [
     # every part small and all fit: one run
-    ((10, 10, 10), 100, 1000, [range(0, 3)]),
+    ((10, 10, 10), 100, 1000, [range(3)]),
     # a big part splits the runs; a lone small part is not worth rewriting
-    ((10, 10, 500, 10, 500, 10, 10, 10), 100, 1000, [range(0, 2), range(5, 8)]),
+    ((10, 10, 500, 10, 500, 10, 10, 10), 100, 1000, [range(2), range(5, 8)]),
     # the target bounds a run: 40+40 fit in 100, the third starts a new run with the fourth
-    ((40, 40, 40, 40, 40), 100, 100, [range(0, 2), range(2, 4)]),
+    ((40, 40, 40, 40, 40), 100, 100, [range(2), range(2, 4)]),
     ((), 100, 1000, []),
     ((500, 500), 100, 1000, []),
 ])

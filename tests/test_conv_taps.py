@@ -6,6 +6,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spikingjelly.activation_based.op_counter.ac import _spike_convolution
+from spikingjelly.activation_based.op_counter.neuromorphic_memory_access import (
+    _spike_conv_weight_uses_from_tensors,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spiketrace.capture.ops.conv_taps import (
@@ -14,10 +18,6 @@ from spiketrace.capture.ops.conv_taps import (
     coverage_map,
     coverage_vector,
     spikingjelly_conv_value,
-)
-from spikingjelly.activation_based.op_counter.ac import _spike_convolution
-from spikingjelly.activation_based.op_counter.neuromorphic_memory_access import (
-    _spike_conv_weight_uses_from_tensors,
 )
 
 aten = torch.ops.aten

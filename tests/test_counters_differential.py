@@ -9,15 +9,20 @@ unsupported ops, in compat="spikingjelly" mode and, for these models, by default
 from __future__ import annotations
 
 import pytest
+from spikingjelly.activation_based.op_counter import (
+    ACCounter,
+    DispatchCounterMode,
+    FlopCounter,
+    MACCounter,
+    MemoryAccessCounter,
+    SynOpCounter,
+)
 from torch import nn
 from torch.overrides import resolve_name
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.counters import COUNTERS, count
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based.op_counter import (
-    ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
-)
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 NAMES = ["flop", "memory_access", "mac", "ac", "synop"]
@@ -81,7 +86,7 @@ def test_ignored_modules_match_spikingjelly_in_compat_mode(tmp_path):
         assert compat.unsupported_of(name) == unsupported[name], name
     # SpikingJelly's stale tracker drops the optimizer step's ops with the Linear ignored
     # (spec 1.6); by default they are counted, as in a run without the ignore list.
-    step_ops = {op for op in plain.spikingjelly("flop")["Global"] if op.startswith("aten.add") or op.startswith("aten.mul")}
+    step_ops = {op for op in plain.spikingjelly("flop")["Global"] if op.startswith(("aten.add", "aten.mul"))}
     sj_global = expected["flop"]["Global"]
     fixed_global = fixed.spikingjelly("flop")["Global"]
     assert sum(fixed_global.get(op, 0) for op in step_ops) > sum(sj_global.get(op, 0) for op in step_ops)

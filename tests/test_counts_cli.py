@@ -16,7 +16,7 @@ from spiketrace.analyze.counters import count, mac
 from spiketrace.analyze.present.counts import OUTSIDE_LEAVES, human
 
 pytest.importorskip("torch")
-from spiketrace.capture.session.example import record_demo  # noqa: E402
+from spiketrace.capture.session.example import record_demo
 
 COUNTER_KEYS = {"total", "by_scope", "unsupported", "coverage", "coverage_calls", "not_applicable"}
 TRACE_KEYS = {"path", "schema_version", "complete", "ranks", "events",

@@ -2,8 +2,9 @@
 a GPU run does (the compiled record, every statistic queued on the tensor's device and filled in
 at flush), and its trace equals the compiled CPU path's column for column on every zoo model,
 whether a CPU tensor's counts come from the CPU's own kernel (the compiled scan) or, with the
-fast path native_statistics off, from the torch reductions and batches a CUDA tensor's take. Storage pointers are left out (the allocator's choice, see
-tests/test_fast_paths.py); the counters' numbers, which read them, are compared instead."""
+fast path native_statistics off, from the torch reductions and batches a CUDA tensor's take.
+Storage pointers are left out (the allocator's choice, see tests/test_fast_paths.py); the
+counters' numbers, which read them, are compared instead."""
 
 from __future__ import annotations
 

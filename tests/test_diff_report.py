@@ -12,15 +12,15 @@ import subprocess
 import pytest
 import torch
 from click.testing import CliRunner
+from spikingjelly.activation_based import neuron
 from torch import nn
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.cli import main
 from spiketrace.analyze.counters import count
-from spiketrace.analyze.present.diff import ConditionError, diff_traces
 from spiketrace.analyze.energy import energy
+from spiketrace.analyze.present.diff import ConditionError, diff_traces
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based import neuron
 
 
 def record(path, hidden: int, seed: int = 0):

@@ -11,15 +11,17 @@ from __future__ import annotations
 import math
 
 import pytest
+from spikingjelly.activation_based.op_counter import (
+    SimpleEnergyConfig,
+    SimpleEnergyCostConfig,
+    SimpleEnergyProfiler,
+)
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.counters import count
 from spiketrace.analyze.energy import energy, load_preset, recost
 from spiketrace.analyze.energy.compute import Costs
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based.op_counter import (
-    SimpleEnergyConfig, SimpleEnergyCostConfig, SimpleEnergyProfiler,
-)
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 PRESETS = {"compute-fp32-45nm": SimpleEnergyCostConfig.fp32(), "compute-fp16-45nm": SimpleEnergyCostConfig.fp16(),
@@ -72,8 +74,8 @@ def test_conv_probe_leak_hand_derived(tmp_path):
     probe sums an occupancy map of N * groups * OH * OW = 2 * 1 * 5 * 5 = 50 elements, which
     its ACCounter counts as 49 additions (the spec's 1312 vs 1263)."""
     import torch
-    from torch import nn
     from spikingjelly.activation_based import neuron
+    from torch import nn
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), neuron.IFNode())

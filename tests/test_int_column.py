@@ -26,7 +26,7 @@ def test_a_random_sequence_of_buffer_operations_matches_array(typecode):
     low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     rng = random.Random(bits)
     column, oracle = IntColumn(typecode), array(typecode)
-    for step in range(3000):
+    for _step in range(3000):
         op = rng.random()
         if op < 0.5:
             v = rng.choice([low, high, 0, -1, 1, rng.randint(low, high)])
@@ -92,8 +92,8 @@ def test_a_q_column_widens_in_place_when_a_value_needs_eight_bytes():
 
 def test_a_column_of_each_width_becomes_the_same_arrow_column(tmp_path):
     # the writer reads an IntColumn's items at their width now and casts to the schema's type
-    from spiketrace.capture.store.writer import TraceWriter
     from spiketrace.analyze import open_trace
+    from spiketrace.capture.store.writer import TraceWriter
     writer = TraceWriter(tmp_path / "t")
     frees = writer.tables["tensor_frees"]
     frees.append(uid=3, freed_seq=7)

@@ -90,7 +90,8 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking(tmp_path):
     package = tmp_path / "analyze"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "one.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from spiketrace.analyze.two import X\n")
+    (package / "one.py").write_text("from typing import TYPE_CHECKING\n"
+                                    "if TYPE_CHECKING:\n    from spiketrace.analyze.two import X\n")
     (package / "two.py").write_text("def f():\n    from spiketrace.analyze import one\n")
     modules = {"spiketrace.analyze": package / "__init__.py", "spiketrace.analyze.one": package / "one.py",
                "spiketrace.analyze.two": package / "two.py"}
@@ -173,14 +174,32 @@ def test_capture_is_only_rooms():
     assert not loose and folders == sorted(set(CAPTURE_ROOMS) - {"context"}), (loose, folders)
 
 
+def python_folders(root: Path = ROOT) -> set[str]:
+    """Every folder of the three packages that holds a Python module, as its import name:
+    a folder with an __init__.py and a namespace folder without one alike (a wheel leaves out
+    any folder pyproject's `packages` does not name, whichever kind it is)."""
+    return {"spiketrace." + ".".join(module.parent.relative_to(root).parts)
+            for package in PACKAGES for module in (root / package).rglob("*.py")
+            if "__pycache__" not in module.parts}
+
+
 def test_the_package_list_names_every_folder():
     """pyproject.toml maps spiketrace.capture/analyze/schemas onto the folders and lists their
     packages one by one (setuptools cannot find packages under a mapped name): none missing."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {"spiketrace." + ".".join(init.parent.relative_to(ROOT).parts)
-               for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")}
-    assert set(config["packages"]) == folders
+    assert set(config["packages"]) == python_folders()
     assert config["package-dir"] == {f"spiketrace.{package}": package for package in PACKAGES}
+
+
+def test_the_folder_check_sees_a_namespace_folder(tmp_path):
+    # analyze/present/ once held modules and no __init__.py: the wheel left it out and every
+    # installed CLI command failed. A folder like it is named here all the same.
+    (tmp_path / "analyze" / "present").mkdir(parents=True)
+    (tmp_path / "analyze" / "__init__.py").write_text("")
+    (tmp_path / "analyze" / "present" / "safe_text.py").write_text("")
+    for package in ("capture", "schemas"):
+        (tmp_path / package).mkdir()
+    assert python_folders(tmp_path) == {"spiketrace.analyze", "spiketrace.analyze.present"}
 
 
 # analyze/'s rooms along the analysis pipeline, highest first: a module imports (at run time,

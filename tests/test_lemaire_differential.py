@@ -27,8 +27,7 @@ from spikingjelly.activation_based.op_counter import (
 from torch import nn
 
 from spiketrace.analyze import open_trace
-from spiketrace.analyze.energy import energy, lemaire, recost
-from spiketrace.analyze.energy import load_preset
+from spiketrace.analyze.energy import energy, lemaire, load_preset, recost
 from spiketrace.analyze.presets import PRESET_DIR
 from spiketrace.capture import Recorder
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, dense, run_steps, spikes

@@ -114,7 +114,7 @@ def test_what_cannot_be_combined_is_refused_in_one_line(sweep, tmp_path, monkeyp
     empty.mkdir()
     assert run("counts", empty).exit_code == 2 and "none of its subdirectories" in run("counts", empty).output
     from spiketrace.capture import record_inference
-    from tests.training_runs import build, batches
+    from tests.training_runs import batches, build
 
     net = build()
     record_inference(tmp_path / "inference", net, next(batches(0, 1))[0])

@@ -51,8 +51,7 @@ def _pair_cases():
 
 @pytest.mark.parametrize("case", list(_pair_cases()))
 def test_the_compiled_pair_count_equals_the_definition(case):
-    from spiketrace.capture.ops import shared_operands
-    from spiketrace.capture.ops import op_statistics
+    from spiketrace.capture.ops import op_statistics, shared_operands
 
     if op_statistics._compiled_pairs is None:
         pytest.skip("spiketrace.capture.native._native not built")
@@ -71,7 +70,6 @@ def test_a_pair_count_shared_among_threads_equals_the_definition(shared_scans, t
     # Each operand's lines cut among threads (capture/native/_native_pairs.c lines_share): a run of
     # the reduced axis into a row of counts of its own, or a run of k straight into the counts,
     # whichever the pass walks outermost; every operand shared here whatever its size.
-    from spiketrace.capture.ops import shared_operands
     from spiketrace.capture.ops import op_statistics
 
     torch.set_num_threads(threads)
@@ -139,8 +137,7 @@ def _long_ternary_cases():
 
 @pytest.mark.parametrize("case", list(_ternary_cases()))
 def test_the_compiled_ternary_check_equals_the_definition(case):
-    from spiketrace.capture.ops import shared_operands
-    from spiketrace.capture.ops import op_statistics
+    from spiketrace.capture.ops import op_statistics, shared_operands
 
     if op_statistics._compiled_ternary is None:
         pytest.skip("spiketrace.capture.native._native not built")
@@ -173,7 +170,6 @@ def _spatial_cases():
 @pytest.mark.parametrize("case", list(_spatial_cases()))
 def test_the_compiled_spatial_counts_equal_the_definition(case):
     # A convolution input's nonzeros per position over batch and channels (conv spike taps).
-    from spiketrace.capture.ops import shared_operands
     from spiketrace.capture.ops import op_statistics
 
     x = _spatial_cases()[case]
@@ -193,7 +189,6 @@ def test_spatial_counts_shared_among_threads_equal_the_definition(shared_scans, 
         pytest.skip("no compiled path")
     # Cut into one run of positions per thread (capture/native/_native_pairs.c count_share, every
     # count shared here whatever its size): the same counts, on each layout the pass reads.
-    from spiketrace.capture.ops import shared_operands
     from spiketrace.capture.ops import op_statistics
 
     torch.set_num_threads(threads)

@@ -214,7 +214,8 @@ def test_a_dense_operand_gives_the_pair_count_the_pass_gives(tmp_path, level):
     with open_trace(record_inference(tmp_path / "t", net, (spikes, analog, keys), value_statistics=level)) as trace:
         pairs = trace.sql("SELECT e.op, s.value FROM op_stats s JOIN events e USING (seq) "
                           "WHERE s.stat LIKE '%nonzero_pairs' ORDER BY seq")
-    assert list(pairs.itertuples(index=False, name=None)) == [("aten.mm.default", 9.0), ("aten.addmm.default", 10.0), ("aten.bmm.default", 6.0)]
+    assert list(pairs.itertuples(index=False, name=None)) == [("aten.mm.default", 9.0), ("aten.addmm.default", 10.0),
+                                                              ("aten.bmm.default", 6.0)]
 
 
 class Recurrent(nn.Module):

@@ -10,7 +10,7 @@ from spiketrace.analyze.energy import load_preset, recost
 from spiketrace.analyze.energy.neuromc import activity, cost
 from spiketrace.analyze.energy.neuromc.sweep import sweep_totals
 from spiketrace.capture import Recorder
-from tests.zoo import CASES, OPTIMIZERS, build, run_steps
+from tests.zoo import CASES, OPTIMIZERS, build
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
+from spikingjelly.activation_based import neuron
+from spikingjelly.activation_based.op_counter import DispatchCounterMode, NeuronStateCounter
 from torch import nn
 from torch.overrides import resolve_name
 
@@ -21,8 +23,6 @@ from spiketrace.analyze.cli import main
 from spiketrace.analyze.counters import count
 from spiketrace.analyze.counters.neuron_state import METRICS, replay
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based import neuron
-from spikingjelly.activation_based.op_counter import DispatchCounterMode, NeuronStateCounter
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 

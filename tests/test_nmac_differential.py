@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from spikingjelly.activation_based.op_counter import ModuleCounterMode, NeuromorphicMemoryAccessCounter
 from torch import nn
 
 from spiketrace.analyze import open_trace
@@ -10,7 +11,6 @@ from spiketrace.analyze.counters import count
 from spiketrace.analyze.counters.neuromorphic_memory_access import as_spikingjelly, neuromorphic_memory_access
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based.op_counter import ModuleCounterMode, NeuromorphicMemoryAccessCounter
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
 
 

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from spiketrace.analyze import open_trace
-from spiketrace.analyze.present import plots
 from spiketrace.analyze.cli import main
 from spiketrace.analyze.energy import energy, recost
+from spiketrace.analyze.present import plots
 from spiketrace.capture import Recorder
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 

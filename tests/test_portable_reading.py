@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from click.testing import CliRunner
 
 from spiketrace.analyze import energy, open_trace

@@ -9,8 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from spiketrace.analyze.cli import main
-from spiketrace.analyze.energy import sweep_presets
-from spiketrace.analyze.energy import PresetError, list_presets, load_preset, read_preset_file
+from spiketrace.analyze.energy import PresetError, list_presets, load_preset, read_preset_file, sweep_presets
 from spiketrace.analyze.presets import PRESET_DIR, convert
 
 GOOD = """
@@ -131,9 +130,9 @@ def problems_of(path_or_call):
 
 def test_every_number_key_of_every_model_has_a_declared_range_and_known_keys():
     from spiketrace.analyze.energy import MODELS, model_spec
+    from spiketrace.analyze.energy.neuromc.costs import REQUIRED_INSTANCES
     from spiketrace.analyze.presets.checks import match
     from spiketrace.analyze.presets.loader import _is_table
-    from spiketrace.analyze.energy.neuromc.costs import REQUIRED_INSTANCES
     from spiketrace.analyze.presets.ranges import CHOICES, NEUROMC_INSTANCES, RANGES, REQUIRED, REQUIRED_WHEN
 
     assert NEUROMC_INSTANCES == REQUIRED_INSTANCES

@@ -90,7 +90,7 @@ def test_a_rule_applies_with_the_hand_derived_result(op, x, c, expected):
 def test_no_rule_for_what_does_not_follow():
     tensors = _tensors()
     known = {id(t): immediate_stats(t) for t in tensors.values()}
-    stats = lambda t: known.get(id(t))  # noqa: E731
+    stats = lambda t: known.get(id(t))  # noqa: E731 - the rules' stats callback, in one line
     x, row = tensors["odd"], tensors["row"]
     assert PROPAGATION["aten.mul.Tensor"]((x, 2.5), {}, x * 2.5, stats) is None  # not 0/1: 2.5 * 1e-45 underflows
     assert PROPAGATION["aten.mul.Tensor"]((x, math.inf), {}, x * math.inf, stats) is None

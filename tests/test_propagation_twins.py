@@ -211,7 +211,7 @@ def test_each_record_writes_the_outputs_statistics(tmp_path, monkeypatch):
     named = [(name, case) for group in CASES.values() for name, case in group.items() if "unknown" not in name]
     cases = [case for _, case in named]
     expected = []
-    for name, case in named:
+    for _name, case in named:
         held, _, _ = _decide(case)
         expected.append((str(case[0]), *held))
     compiled, taken = _capture_outputs(tmp_path / "compiled", monkeypatch, "", cases)

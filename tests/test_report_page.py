@@ -83,7 +83,8 @@ def test_findings_are_numbers_the_page_shows(single):
     rates = context["rates"]
     dead = [f"{s.text} ({c.text})" for s, c, ones in zip(column(rates, "scope"), column(rates, "class"), column(rates, "ones"))
             if ones.value == 0]
-    assert dead == ["Sequential.3 (IFNode)"] and finding(context, "dead layer") == "Sequential.3 (IFNode) never fired (spike rate 0)"
+    assert dead == ["Sequential.3 (IFNode)"]
+    assert finding(context, "dead layer") == "Sequential.3 (IFNode) never fired (spike rate 0)"
     uncosted = context["left_out"]
     assert finding(context, "uncosted work").endswith(", ".join(c.text for c in column(uncosted, "name")))
     for f in context["findings"]:  # and each is on the page, escaped
@@ -132,7 +133,8 @@ def test_per_step_and_per_rank_views_from_one_run_of_the_counters(multi, engine_
             assert len(view["table"].rows) == n and len(view["series"]["bars"]) == n
             energies = getattr(report, f"energy_by_{group}", None)
             if energies:  # a model that splits its energy so: the column and the finding use it
-                assert [c.value for c in column(view["table"], "energy")] == pytest.approx([energies[str(k)] for k in expected.index])
+                shown = [c.value for c in column(view["table"], "energy")]
+                assert shown == pytest.approx([energies[str(k)] for k in expected.index])
                 low = min(energies, key=energies.get)
                 assert f"({group} {low})" in finding(context, f"per {group}").split(" to ")[0]
         total = analysis.counts().totals()["flop"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from spikingjelly.activation_based import neuron
 from torch import nn
 
 import spiketrace.analyze
@@ -14,7 +15,6 @@ from spiketrace.analyze.present import plots
 from spiketrace.analyze.present.diff import diff_traces
 from spiketrace.analyze.present.report import build_report
 from spiketrace.capture import record_training_step
-from spikingjelly.activation_based import neuron
 
 
 @pytest.fixture(scope="module")

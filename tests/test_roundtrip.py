@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from spikingjelly.activation_based.neuron import BaseNode
+from spikingjelly.activation_based.op_counter.ac import ACCounter
+from spikingjelly.activation_based.op_counter.base import is_binary_tensor
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spiketrace.analyze import open_trace
 from spiketrace.capture import Recorder
 from spiketrace.capture.ops.conv_taps import spikingjelly_conv_value
-from spikingjelly.activation_based.neuron import BaseNode
-from spikingjelly.activation_based.op_counter.ac import ACCounter
-from spikingjelly.activation_based.op_counter.base import is_binary_tensor
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, run_steps
 
 AC_RULES = ACCounter().rules
@@ -176,16 +176,19 @@ def test_every_column_round_trips(tmp_path, case, variant):
         )
         stats = trace.sql("SELECT seq, stat, value FROM op_stats")
         tensor_nnz = trace.sql(
-            "SELECT u.seq, u.position, t.shape, t.nnz, t.is01 FROM event_tensors u JOIN tensors t USING (tensor_id, rank) WHERE u.role = 'arg'"
+            "SELECT u.seq, u.position, t.shape, t.nnz, t.is01 FROM event_tensors u JOIN tensors t USING (tensor_id, rank) "
+            "WHERE u.role = 'arg'"
         )
         module_memories = trace.sql(
             """SELECT m.seq, m.name, m.kind, t.shape, t.storage_ptr, m.value FROM neuron_memories m
                JOIN module_events e USING (seq, module_id, rank) LEFT JOIN tensors t USING (tensor_id, rank)
                WHERE e.kind = 'forward_post' ORDER BY m.seq, m.name"""
         )
-        optimizer_table = trace.sql("SELECT shape, has_grad, state_keys FROM optimizer_steps ORDER BY seq, group_index, param_index")
+        optimizer_table = trace.sql(
+            "SELECT shape, has_grad, state_keys FROM optimizer_steps ORDER BY seq, group_index, param_index")
         forward_pairs = trace.sql("SELECT kind, count(*) AS n FROM module_events GROUP BY kind")
-        packed = trace.sql("SELECT p.seq, p.bits, t.is01 FROM packed_inputs p JOIN tensors t USING (tensor_id, rank) ORDER BY p.seq, p.position")
+        packed = trace.sql("SELECT p.seq, p.bits, t.is01 FROM packed_inputs p JOIN tensors t USING (tensor_id, rank) "
+                           "ORDER BY p.seq, p.position")
 
     assert list(events["op"]) == [op["op"] for op in reference.ops]
     assert list(events["grad_enabled"]) == [op["grad_enabled"] for op in reference.ops]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from spikingjelly.activation_based.op_counter.base import ActiveModuleTracker
 from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spiketrace.analyze import open_trace
 from spiketrace.capture import Recorder
-from spikingjelly.activation_based.op_counter.base import ActiveModuleTracker
 from tests.zoo import CASE_IDS, CASES, OPTIMIZERS, build, reset
 
 
@@ -35,7 +35,7 @@ class TrackerProbe(TorchDispatchMode):
 
 
 def training_run(recorder: Recorder, model, x, case, optimizer) -> None:
-    for step in range(2):  # the second step starts with the stale tracker state of the first
+    for _step in range(2):  # the second step starts with the stale tracker state of the first
         with recorder.stage("forward", phase="forward"):
             out = model(x)
         loss = case.loss_fn(out, case.target(out))  # unlabeled, not suspended: SJ counts it too

@@ -27,8 +27,8 @@ from torch import nn
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.energy import energy, load_preset, recost, spikesim
-from spiketrace.analyze.presets import PRESET_DIR
 from spiketrace.analyze.energy.spikesim import Costs
+from spiketrace.analyze.presets import PRESET_DIR
 from spiketrace.capture import Recorder
 from tests.zoo import CASES
 from tests.zoo import build as build_zoo
@@ -297,7 +297,7 @@ def test_vgg9_cifar10_t5_reproduces_spikesim_energy_area_latency(tmp_path):
     close(report.energy_total_pj, 3840 * 5 * 828.4861472)
     assert f"{report.energy_total_pj:,.3f}" == "15,906,934.026"
     per_layer = [1024, 256, 512, 256, 512, 1024, 256]
-    for (stage, pj), cycles in zip(report.energy_by_stage.items(), per_layer):
+    for (_stage, pj), cycles in zip(report.energy_by_stage.items(), per_layer):
         close(pj, cycles * 5 * 828.4861472)
     pe = 9 * 26.2144 + 8 * (693.633 + 45.9)
     tile = 8 * 13411.41498 + 484.643999 + 0.7391 * 64 * 128 + 8 * pe + 216830 * 2

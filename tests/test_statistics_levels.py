@@ -93,7 +93,8 @@ def test_synaptic_serves_the_counters_exactly_as_full(training):
 @pytest.mark.parametrize("model", list(SYNAPTIC_MODELS))
 def test_synaptic_serves_the_energy_models_that_need_no_more(training, model):
     with open_trace(training["full"]) as full, open_trace(training["synaptic"]) as synaptic:
-        expected, got = _total(energy(full, model, SYNAPTIC_MODELS[model])), _total(energy(synaptic, model, SYNAPTIC_MODELS[model]))
+        expected = _total(energy(full, model, SYNAPTIC_MODELS[model]))
+        got = _total(energy(synaptic, model, SYNAPTIC_MODELS[model]))
     assert expected > 0
     assert math.isclose(got, expected, rel_tol=1e-9)
 

@@ -4,7 +4,6 @@ the buffer's size estimate (what flush_bytes bounds) follows what the rows reall
 from __future__ import annotations
 
 import sys
-from array import array
 
 import pytest
 

@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import spiketrace.analyze.trace.parts

@@ -14,6 +14,14 @@ from contextlib import contextmanager, nullcontext
 import pytest
 import torch
 import torch.nn.functional as F
+from spikingjelly.activation_based.op_counter import (
+    ACCounter,
+    DispatchCounterMode,
+    FlopCounter,
+    MACCounter,
+    MemoryAccessCounter,
+    SynOpCounter,
+)
 from torch import nn
 from torch.overrides import resolve_name
 
@@ -21,9 +29,6 @@ from spiketrace.analyze import open_trace
 from spiketrace.analyze.counters import count
 from spiketrace.capture import Recorder
 from spiketrace.capture.ops import decompositions
-from spikingjelly.activation_based.op_counter import (
-    ACCounter, DispatchCounterMode, FlopCounter, MACCounter, MemoryAccessCounter, SynOpCounter,
-)
 
 aten = torch.ops.aten
 NAMES = ["flop", "memory_access", "mac", "ac", "synop"]

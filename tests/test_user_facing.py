@@ -11,12 +11,12 @@ import sys
 
 import pytest
 import torch
+from spikingjelly.activation_based import neuron
 from torch import nn
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.energy import energy
 from spiketrace.capture import Recorder, record_training_step
-from spikingjelly.activation_based import neuron
 
 
 def spiketrace(*args, check=True):
@@ -130,7 +130,7 @@ def test_energy_shares_are_per_level_and_names_carry_no_unit_suffix(training):
     rows = [line for line in shown[2:] if line and not line.startswith("(")]
     top = [r for r in rows if not r.startswith(" ")]
     children = [r for r in rows if r.startswith("  ")]
-    share = lambda row: float(row.rsplit(None, 1)[1].rstrip("%"))  # noqa: E731
+    share = lambda row: float(row.rsplit(None, 1)[1].rstrip("%"))  # noqa: E731 - a one-line helper
     # before: parents and children together (memory_pj beside parameter_memory_pj): 195%
     assert sum(map(share, top)) == pytest.approx(100, abs=0.3)
     assert sum(map(share, children)) == pytest.approx(100, abs=0.3)  # memory's two parts
@@ -158,7 +158,7 @@ def test_diff_prints_units_and_gates_take_them(tmp_path):
     assert failing.returncode == 1 and "FAIL: energy.total changed +" in failing.stderr
     assert spiketrace("diff", a, b, "--fail-if", f"energy.total>{above / 1e3:.9f} uJ").returncode == 0
     # energies print with their unit, not as 1.23975e+08
-    line = next(l for l in failing.stdout.splitlines() if l.strip().startswith("energy.total"))
+    line = next(text for text in failing.stdout.splitlines() if text.strip().startswith("energy.total"))
     assert re.search(r"\d+\.\d{3} (pJ|nJ|µJ) -> \d+\.\d{3} (pJ|nJ|µJ)", line) and "e+" not in line
     wrong = spiketrace("diff", a, b, "--fail-if", "counts.mac>5nJ", check=False)
     assert wrong.returncode == 2 and "plain number" in wrong.stderr

@@ -14,16 +14,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
+from spikingjelly.activation_based import functional, layer, neuron
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from spiketrace.analyze import open_trace
-from spiketrace.analyze.trace.breakdown import module_breakdown
 from spiketrace.analyze.cli import main
+from spiketrace.analyze.trace.breakdown import module_breakdown
 from spiketrace.analyze.trace.views import sql_views
 from spiketrace.capture import Recorder
 from spiketrace.capture.session.example import SpikeFunction
-from spikingjelly.activation_based import functional, layer, neuron
 from tests.zoo import CASES, OPTIMIZERS, build, run_steps
 
 

@@ -13,10 +13,10 @@ deterministic: the same (rank, steps) gives the same tensors, so a step recorded
 from __future__ import annotations
 
 import torch
+from spikingjelly.activation_based import functional, layer, neuron, surrogate
 from torch import nn
 
 from spiketrace.capture import Recorder, schedule
-from spikingjelly.activation_based import functional, layer, neuron, surrogate
 
 T, BATCH, SIDE = 2, 2, 6
 

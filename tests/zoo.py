@@ -8,14 +8,12 @@ transposition, multi-step neurons, binary bmm) is what the cases exist to cover.
 from __future__ import annotations
 
 import contextlib
-
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-from torch import nn
-
 from spikingjelly.activation_based import functional, layer, neuron, surrogate
+from torch import nn
 
 
 @dataclass

@@ -10,9 +10,22 @@ import warnings
 
 import click
 
-from spiketrace.analyze.cli.app import (_fail, _warn, emit_frame, emit_text, engine_options, main, one_line, output_options,
-                             recompute_option, selected_traces, selection_options, trace_options, warn_traces,
-                             warnings_to_stderr)
+from spiketrace.analyze.cli.app import (
+    _fail,
+    _warn,
+    emit_frame,
+    emit_text,
+    engine_options,
+    main,
+    one_line,
+    output_options,
+    recompute_option,
+    selected_traces,
+    selection_options,
+    trace_options,
+    warn_traces,
+    warnings_to_stderr,
+)
 from spiketrace.analyze.counters import count, load_rules, neurobench
 from spiketrace.analyze.counters.user_rules import RuleError
 from spiketrace.analyze.many.traces import find_traces
@@ -50,9 +63,11 @@ class Fraction(click.ParamType):
 @click.option("--by", "view", type=click.Choice([*counts_view.VIEWS, "trace"]), default="scope", show_default=True,
               help="Table: module tree, top ops, stages, module classes, or one row per trace.")
 @click.option("--depth", type=click.IntRange(min=0), help="--by scope: deepest level shown (Global is 0).")
-@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Ops shown per counter (--by op, and uncovered ops in the coverage block).")
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Ops shown per counter (--by op, and uncovered ops in the coverage block).")
 @selection_options
-@click.option("--ops", multiple=True, metavar="GLOB", help="Only ops matching GLOB (a bare name matches as a prefix); repeatable.")
+@click.option("--ops", multiple=True, metavar="GLOB",
+              help="Only ops matching GLOB (a bare name matches as a prefix); repeatable.")
 @click.option("--ignore-module", "ignore_modules", multiple=True, metavar="NAME",
               help="Skip events while a module of this class (qualified or bare name) or path runs; repeatable.")
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Count exactly as SpikingJelly 2.0.0 does.")
@@ -100,10 +115,10 @@ def counts(trace_paths, counter_names, view, depth, top, selection, ops, ignore_
     else:
         result, fractions = _many_traces(traces, names, selection, options, view, depth, top, output_format, out,
                                          execution)
-    problem = (counts_view.strict_problem(result) if strict else None) or (
+    failure = (counts_view.strict_problem(result) if strict else None) or (
         counts_view.coverage_problem(fractions, min_coverage) if min_coverage is not None else None)
-    if problem:
-        _fail(problem, 1)
+    if failure:
+        _fail(failure, 1)
 
 
 def _one_trace(trace_path, names, selection, options, view, depth, top, output_format, out, execution, samples=None):

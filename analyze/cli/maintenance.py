@@ -38,8 +38,11 @@ def compact_trace(root: Path, small_bytes: int, run: str | None = None) -> dict[
     done = {}
     for rank, manifest in sorted(manifests.items()):
         path = layout.manifest_path(root, rank)
-        done[rank] = compact_rank(root, rank, manifest, lambda m, path=path: atomic_write_text(path, json.dumps(m, indent=1)),
-                                  write_part, small_bytes=small_bytes)
+
+        def commit(new_manifest: dict, path: Path = path) -> None:
+            atomic_write_text(path, json.dumps(new_manifest, indent=1))
+
+        done[rank] = compact_rank(root, rank, manifest, commit, write_part, small_bytes=small_bytes)
     return done
 
 

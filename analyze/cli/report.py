@@ -1,4 +1,5 @@
-"""`spiketrace diff A B` and `spiketrace report TRACE`: thin commands over spiketrace.analyze.present.diff / spiketrace.analyze.present.report."""
+"""`spiketrace diff A B` and `spiketrace report TRACE`: thin commands over spiketrace.analyze.present.diff /
+spiketrace.analyze.present.report."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ import sys
 
 import click
 
-from spiketrace.analyze.cli.app import (_warn, emit_frame, emit_text, main, model_option, output_options, selection_options,
-                             trace_options, warnings_to_stderr)
+from spiketrace.analyze.cli.app import (
+    _warn,
+    emit_frame,
+    emit_text,
+    main,
+    model_option,
+    output_options,
+    selection_options,
+    trace_options,
+    warnings_to_stderr,
+)
 from spiketrace.analyze.present.diff import ConditionError, diff_traces
 from spiketrace.analyze.present.safe_text import json_text, safe_line
 from spiketrace.analyze.present.units import format_metric

@@ -40,20 +40,30 @@ import click
 import pandas as pd
 
 from spiketrace.analyze.cli.app import (
-    CommandUnavailable, _fail, _table, _warn, emit_frame, emit_text, main, model_option, output_options,
-    selection_options, trace_options, warnings_to_stderr,
+    CommandUnavailable,
+    _fail,
+    _table,
+    _warn,
+    emit_frame,
+    emit_text,
+    main,
+    model_option,
+    output_options,
+    selection_options,
+    trace_options,
+    warnings_to_stderr,
 )
 from spiketrace.analyze.present.health import degraded_summary, health_facts, health_lines
 from spiketrace.analyze.present.safe_text import json_text, safe_line
 from spiketrace.analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
-from spiketrace.analyze.trace.spill import remove_orphans
 from spiketrace.analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
+from spiketrace.analyze.trace.spill import remove_orphans
 
 
 def _time(epoch) -> str | None:
     if epoch is None:
         return None
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _fields(mapping: dict) -> str:
@@ -181,9 +191,8 @@ def views() -> None:
     """List the named breakdown views every trace has.
 
     Example: spiketrace views; then spiketrace sql TRACE 'SELECT * FROM module_ops'"""
-    from spiketrace.analyze.trace.views import sql_views
-
     from spiketrace.analyze.present.sql_tables import result_views
+    from spiketrace.analyze.trace.views import sql_views
 
     shipped = sql_views()
     shipped.update({name: (f"{summary} (needs the energy table)", q) for name, (summary, q) in result_views().items()})

@@ -13,15 +13,14 @@ tables are evaluated and attributed to scopes.
 
 from __future__ import annotations
 
-
 import pandas as pd
 
 from spiketrace.analyze.counters import ac, flop, mac, memory_access, neurobench, synop, user_rules
 from spiketrace.analyze.counters.engine import COMPAT_MODES, count_events
-from spiketrace.analyze.counters.result import CounterResult, StrictModeError
-from spiketrace.analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
 from spiketrace.analyze.counters.neurobench.metrics import NeuroBenchResults, neurobench_metrics
+from spiketrace.analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
 from spiketrace.analyze.counters.neuron_state import neuron_state
+from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.analyze.trace import accepts_path
 from spiketrace.analyze.trace.statistics_level import require_level
@@ -87,7 +86,8 @@ def _where(stage=None, phase=None, step=None, rank=None, module=None, ops=None, 
         )
     if ops is not None:
         patterns = [ops] if isinstance(ops, str) else list(ops)
-        clauses.append("(" + " OR ".join(f"op GLOB {_quote(p if any(c in p for c in '*?[') else p + '*')}" for p in patterns) + ")")
+        globs = (_quote(p if any(c in p for c in '*?[') else p + '*') for p in patterns)
+        clauses.append("(" + " OR ".join(f"op GLOB {glob}" for glob in globs) + ")")
     return " AND ".join(clauses) or "true"
 
 

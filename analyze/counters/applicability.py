@@ -67,7 +67,7 @@ ACCUMULATION = (
     "sj_*.forward.*", "sj_*.backward.*",
 )
 
-APPLICABILITY = {
+APPLICABILITY: dict[str, dict[str, tuple[str, ...]]] = {
     "flop": {"not_applicable": NO_ARITHMETIC},
     "memory_access": {"not_applicable": NO_TENSOR_WORK},
     "mac": {"applies_to": SYNAPTIC + NORMALISATION},

@@ -87,7 +87,7 @@ class TensorStates:
                                         else p.columns[name][1] for p in parts])
             columns[name] = (values, valid)
         shape = None if parts[0].shape is None else pa.chunked_array(
-            [c for p in parts for c in p.shape.chunks], parts[0].shape.type)
+            [c for p in parts if p.shape is not None for c in p.shape.chunks], parts[0].shape.type)  # all or none have one
         return TensorStates(np.concatenate([p.ids for p in parts]), columns, shape)
 
 

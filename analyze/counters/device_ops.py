@@ -194,7 +194,8 @@ FOREACH_FLOP: dict[str, str] = {
     # self + value * t1 (*|/) t2: 2, + 1 unless value is 1 (.Scalar: args[3], default 1;
     # .ScalarList: unless every value is 1; .Tensor: values not recorded, the optimizers'
     # step sizes, not 1)
-    **_foreach(("addcmul", "addcdiv"), ("Scalar",), f"(2 * {N} + CASE WHEN coalesce({arg(3, 'DOUBLE')}, 1) <> 1 THEN {N} ELSE 0 END)"),
+    **_foreach(("addcmul", "addcdiv"), ("Scalar",),
+               f"(2 * {N} + CASE WHEN coalesce({arg(3, 'DOUBLE')}, 1) <> 1 THEN {N} ELSE 0 END)"),
     **_foreach(("addcmul", "addcdiv"), ("ScalarList",), f"(2 * {N} + CASE WHEN {_VALUE_ALL_ONE} THEN 0 ELSE {N} END)"),
     **_foreach(("addcmul", "addcdiv"), ("Tensor",), f"(3 * {N})"),
     **_foreach(("lerp",), ("Scalar", "List", "ScalarList"), f"(3 * {N})"),

@@ -27,12 +27,12 @@ import pandas as pd
 import pyarrow as pa
 
 from spiketrace.analyze.counters.applicability import applies
-from spiketrace.analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_reads
+from spiketrace.analyze.counters.facts import JSON_READ, columns_of, compile_rule, json_read_source, json_reads
 from spiketrace.analyze.counters.gather import JsonReadError, OpFactsBuilder
 from spiketrace.analyze.counters.partitions import Partition, partitions
 from spiketrace.analyze.counters.result import CounterResult, StrictModeError
-from spiketrace.analyze.counters.totals import reducer, totals_frame
 from spiketrace.analyze.counters.sql import MACROS
+from spiketrace.analyze.counters.totals import reducer, totals_frame
 from spiketrace.analyze.counters.user_rules import USER_RULES
 from spiketrace.analyze.progress import each
 
@@ -94,7 +94,7 @@ def ignored_scopes_sql(names: list[str], compat: str | None) -> str:
 def event_chunks(con, where: str, chunk_events: int):
     """(rank, low, high) per chunk of about `chunk_events` events (low <= seq < high), and the
     events per op of the selection."""
-    chunks, calls, ranks = [], {}, {}
+    chunks, calls, ranks = [], dict[str, int](), dict[int, tuple[int, int, int]]()
     for rank, op, low, high, n in con.execute(
         f"SELECT rank, op, min(seq), max(seq), count(*) FROM events WHERE {where} GROUP BY rank, op"
     ).fetchall():
@@ -111,7 +111,7 @@ def event_chunks(con, where: str, chunk_events: int):
 def _summed(frames: list[pd.DataFrame], keys: list[str], values: list[str]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        return pd.DataFrame({**{k: pd.Series([], dtype=object) for k in keys}, **{v: pd.Series([], dtype="int64") for v in values}})
+        return pd.DataFrame({k: pd.Series([], dtype=object) for k in keys} | {v: pd.Series([], dtype="int64") for v in values})
     frame = pd.concat(frames, ignore_index=True)
     return frame.groupby(keys, sort=False, dropna=False, as_index=False)[values].sum()
 
@@ -140,7 +140,7 @@ class _Plan:
                     table[op] = JSON_READ.sub(lambda m: names[m.group(0)], expression)
             for read, name in names.items():
                 users = sorted({op_codes[op] for t in tables for op, e in t.items() if name in columns_of(e)})
-                self.json_reads[name] = (JSON_READ.fullmatch(read).group("source"), read, users)
+                self.json_reads[name] = (json_read_source(read), read, users)
         reads: dict[str, set[str]] = {}
         for table in (*self.rules.values(), *self.aborts.values()):
             for op, expression in table.items():
@@ -183,9 +183,9 @@ class _Plan:
             sums |= {f"value_{name}": f"CAST(sum(value_{name}) AS BIGINT)", f"counted_{name}": f"count(value_{name})",
                      f"uncovered_bytes_{name}": f"CAST(sum(tensor_bytes) FILTER (WHERE value_{name} IS NULL) AS BIGINT)"}
         sums |= {f"aborts_{name}": f"count(*) FILTER (WHERE abort_{name})" for name in aborts}
-        per_event = "".join(f", {e} AS value_{n}" for n, e in values.items())
+        per_event = ", tensor_bytes" + "".join(f", {e} AS value_{n}" for n, e in values.items())
         per_event += "".join(f", {e} AS abort_{n}" for n, e in aborts.items())
-        return f"SELECT {select(sums)} FROM (SELECT rank, {keys}, tensor_bytes{per_event} FROM op_facts_table) GROUP BY rank, {keys}"
+        return f"SELECT {select(sums)} FROM (SELECT rank, {keys}{per_event} FROM op_facts_table) GROUP BY rank, {keys}"
 
     def sums(self, con, chunks, where, group_by, ignored, batch_cells: int = 1 << 22, reduce=None,
              progress: bool = False) -> list:
@@ -220,7 +220,7 @@ class _Plan:
                         pending[number].append(facts)
                     cells = {n: sum(t.num_rows * t.num_columns for t in tables) for n, tables in pending.items()}
                     while sum(cells.values()) >= batch_cells:  # the largest first, till few remain
-                        number = max(cells, key=cells.get)
+                        number = max(cells, key=cells.__getitem__)
                         evaluate(number)
                         cells[number] = 0
                     del chunk  # before the next one arrives
@@ -248,7 +248,7 @@ class _Plan:
 def _prefetched(builder: OpFactsBuilder, where: str, chunks):
     """(rank, ChunkFacts) of each chunk, the next one built in a thread while the caller works
     on the current one (built only once the current one was handed over)."""
-    requests, results = queue.Queue(), queue.Queue()
+    requests, results = queue.Queue[bool](), queue.Queue[tuple | BaseException]()
 
     def work() -> None:
         for rank, low, high in chunks:
@@ -323,7 +323,7 @@ def count_events(
     where: str = "true",
     group_by: tuple[str, ...] = (),
     totals_by: tuple[str, ...] = (),
-    ignore_modules: list[str] = (),
+    ignore_modules: list[str] | tuple[str, ...] = (),
     compat: str | None = None,
     strict: bool = False,
     chunk_events: int = 500_000,
@@ -355,14 +355,14 @@ def count_events(
     if totals_by:
         group_totals = totals_frame([t for _, t in partials], list(counters), tuple(totals_by))
         partials = [d for d, _ in partials]
-    values, unsupported, selected, selected_bytes = [], [], 0, 0
+    values, unsupported, selected, selected_bytes = list[pd.DataFrame](), list[pd.DataFrame](), 0, 0
     aborted = [pd.DataFrame()] if chunks and plan.aborts else []  # typed empty frames when nothing ran
     if partials:
         con.register("counter_partials", pa.concat_tables(partials))
         con.register("counter_ops", pa.table({"op_code": pa.array(range(len(plan.ops)), pa.int32()), "op": plan.ops}))
         try:
-            selected, selected_bytes = con.execute("SELECT CAST(coalesce(sum(calls), 0) AS BIGINT), "
-                                                   "CAST(coalesce(sum(tensor_bytes), 0) AS BIGINT) FROM counter_partials").fetchone()
+            selected, selected_bytes = con.execute("SELECT CAST(coalesce(sum(calls), 0) AS BIGINT), CAST(coalesce("
+                                                   "sum(tensor_bytes), 0) AS BIGINT) FROM counter_partials").fetchone()
             values, unsupported, aborts = _attribute(con, list(counters), plan.aborts, group_by)
             values, unsupported, aborted = [values], [unsupported], [aborts] if aborts is not None else []
         finally:

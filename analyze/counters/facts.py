@@ -54,6 +54,14 @@ def json_reads(expressions) -> list[str]:
     return list(dict.fromkeys(m.group(0) for e in expressions for m in JSON_READ.finditer(e)))
 
 
+def json_read_source(read: str) -> str:
+    """The column (args or kwargs) a typed JSON read of json_reads reads."""
+    match = JSON_READ.fullmatch(read)
+    if match is None:
+        raise ValueError(f"not a typed JSON read: {read!r}")
+    return match.group("source")
+
+
 @lru_cache(maxsize=4096)
 def compile_rule(expression: str) -> str:
     """`expression` with `X_shape[i]` (i >= 1) and `prod(X_shape[k:])` replaced by the
@@ -147,7 +155,9 @@ def slots(columns: list[str]) -> dict[tuple[str, str, bool], set[str]]:
             kind, index_, items, fact_ = slot.groups()
             key = (kind, index_, bool(items))
         else:
-            name, fact_ = _KWARG.fullmatch(column).groups()
+            kwarg = _KWARG.fullmatch(column)
+            assert kwarg is not None, column  # column_fact passes operand columns only
+            name, fact_ = kwarg.groups()
             key = ("k", name, False)
         slots.setdefault(key, set()).add(fact if shape else fact_)
     return slots

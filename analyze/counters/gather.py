@@ -58,7 +58,7 @@ class OpFactsBuilder:
         self.group_columns = [c for c in extra_columns if c not in ("rank", "seq", "scope_id")]
         wanted = {c for c in columns if c in EVENT_COLUMNS} | set(self.group_columns)
         self.event_columns = [c for c in EVENT_COLUMNS if c in wanted and c not in ("rank", "seq", "scope_id")]
-        facts = {column_fact(c) for c in columns if column_fact(c)}
+        facts = {fact for fact in map(column_fact, columns) if fact}
         self.kwarg_names = sorted({key for (kind, key, _), _ in facts if kind == "k"})
         self.slot_codes = {slot: self.slot_code(*slot) for slot in sorted({slot for slot, _ in facts})}
         # shape dims and products are computed for the tensors of the events whose rules read them
@@ -120,7 +120,8 @@ class OpFactsBuilder:
         parts = [recent]
         if missing.any():
             # older states: kept from the last chunk, or else looked up by id
-            wanted, older = np.unique(ids[missing]), []
+            wanted = np.unique(ids[missing])
+            older: list[TensorStates] = []
             for kept in (self.carry[1] if self.carry and self.carry[0] == rank else []):
                 found = kept.index.find(wanted)
                 if (found >= 0).any():
@@ -133,10 +134,10 @@ class OpFactsBuilder:
                         rank, "tensor_id IN (SELECT tensor_id FROM spiketrace_wanted_tensors)"))
                 finally:
                     self.con.unregister("spiketrace_wanted_tensors")
-            older = TensorStates.concat(older)
-            found = older.index.find(ids[missing])
+            older_states = TensorStates.concat(older)
+            found = older_states.index.find(ids[missing])
             rows[missing] = np.where(found >= 0, found + len(recent.ids), -1)
-            parts.append(older)
+            parts.append(older_states)
         self.carry = (rank, parts)
         return TensorStates.concat(parts), rows
 
@@ -230,7 +231,8 @@ class ChunkFacts:
         self.use_event, self.use_tensor, self.use_is_out = use_event, use_tensor, use_slot // _ROLE == 1
         self.use_slot = use_slot
         self.stats: dict[str, np.ndarray] = {}
-        self.stat_rows = None  # (event row, statistic number, value) of the chunk's op_stats rows
+        # (event row, statistic number, value) of the chunk's op_stats rows
+        self.stat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.json: dict[str, tuple[pa.Array, np.ndarray]] = {}  # json_<n>: values, row per event (-1: none)
         self._slot_index: dict = {}
         self._sums: dict = {}
@@ -319,13 +321,13 @@ class ChunkFacts:
     def _shape_facts(self) -> None:
         """The shape facts (dims and products) of the tensor states in the slots whose shapes
         some rule of the event's op reads, as tensor columns (NULL for the other states)."""
-        wanted = [np.zeros(0, np.int64)]
+        wanted_parts = [np.zeros(0, np.int64)]
         for slot, readers in self.builder.shape_readers.items():
             reads = np.zeros(len(self.builder.ops) + 1, dtype=bool)
             reads[list(readers)] = True
             index = self._index(slot)[reads[self.op_code]]
-            wanted.append(index[index >= 0])
-        wanted = np.unique(np.concatenate(wanted))
+            wanted_parts.append(index[index >= 0])
+        wanted = np.unique(np.concatenate(wanted_parts))
         lists = take_sorted(self.tensors.shape, wanted)
         for fact, (values, ok) in shape_facts(lists, self.builder.shape_facts).items():
             column, valid = np.zeros(len(self.tensors.ids), np.int64), np.zeros(len(self.tensors.ids), bool)
@@ -363,6 +365,6 @@ class ChunkFacts:
                 result[column] = self.events.column("seq").take(take)
         for (kind, key, items), facts in sorted(by_slot.items()):
             prefix = f"k_{key}_" if kind == "k" else f"{kind}{key}_{'items_' if items else ''}"
-            for fact, array in self._slot_facts((kind, key, items), facts, rows).items():
-                result[prefix + fact] = array
+            for fact_name, array in self._slot_facts((kind, key, items), facts, rows).items():
+                result[prefix + fact_name] = array
         return pa.table(result)

@@ -220,7 +220,7 @@ class _Replay:
         inputs = [u for u in uses if u[0] != "out"]
         outputs = [u for u in uses if u[0] == "out"]
         copy_into_state = op == "aten.copy_.default" and first is not None and first[8] in keys
-        if copy_into_state:
+        if copy_into_state and first is not None:
             sources = [u for u in inputs if u[8] in keys and u is not first]
             targets = [first]
         else:

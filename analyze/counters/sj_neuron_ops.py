@@ -54,9 +54,10 @@ from spiketrace.analyze.counters.sql import arg, arg_is_null
 
 
 class Cost(NamedTuple):
-    """Per element per step: FLOPs, ACs (dense), and bytes = k + j * (element size of x)."""
+    """Per element per step: FLOPs, ACs (dense), and bytes = k + j * (element size of x); None
+    where unknown (NULL)."""
     flop: int | None
-    ac: int
+    ac: int | None
     k: int | None
     j: int = 0
 

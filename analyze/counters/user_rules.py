@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import tomllib
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Mapping
 
 from spiketrace.analyze.counters.facts import columns_of, compile_rule
 

@@ -20,8 +20,9 @@ call reached the memory counter. Then it warns, or with strict raises RuntimeErr
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,7 +68,7 @@ class Costs:
                 raise ValueError(f"{name} must be finite and nonnegative, got {value}")
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> "Costs":
+    def from_values(cls, values: Mapping[str, Any]) -> Costs:
         unknown = sorted(set(values) - set(PRESET_UNITS))
         if unknown:
             raise ValueError(f"unknown key {unknown[0]!r} for the compute model (known: {', '.join(PRESET_UNITS)})")
@@ -174,6 +175,7 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     memory, memory_totals = with_totals(trace, ignored, where=where, group_by=("stage",), totals_by=GROUPS,
                                         compat=compat)
     counts = [result.frame.rename(columns={"counter": "quantity"}), memory.rename(columns={"metric": "quantity"})]
+    assert result.group_totals is not None  # asked for (totals_by)
     steps = [result.group_totals.rename(columns={"counter": "quantity"}),
              memory_totals.rename(columns={"metric": "quantity"})]
     if compat == "spikingjelly":

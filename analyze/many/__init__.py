@@ -30,9 +30,18 @@ import warnings
 
 from spiketrace.analyze.counters import ALL_COUNTERS
 from spiketrace.analyze.energy import DEFAULT_PRESETS, ModelScopeWarning
-from spiketrace.analyze.many.combine import (RANK_ADDITIVE_MODELS, SIZE_ROWS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS,
-                                  CombinedCounts, CombinedEnergy, CombinedRecost, EnergyPart, add_counter_results,
-                                  add_energy_parts)
+from spiketrace.analyze.many.combine import (
+    RANK_ADDITIVE_MODELS,
+    SIZE_ROWS,
+    STEP_ADDITIVE_COUNTERS,
+    STEP_ADDITIVE_MODELS,
+    CombinedCounts,
+    CombinedEnergy,
+    CombinedRecost,
+    EnergyPart,
+    add_counter_results,
+    add_energy_parts,
+)
 from spiketrace.analyze.many.engines import ENGINES, EngineUnavailable, open_engine
 from spiketrace.analyze.many.shards import SHARD_EVENTS, CountWork, EnergyWork, RecostWork
 from spiketrace.analyze.many.traces import TraceFacts, find_traces

@@ -108,9 +108,10 @@ def add_counter_results(results: list[CounterResult]) -> CounterResult:
     details = details.sort_values(["counter", "family", "metric", "scope"], key=lambda column: column.map(
         positions[column.name]) if column.name in positions else column, ignore_index=True, kind="stable")
     group_totals = None
-    if all(r.group_totals is not None for r in results):
-        columns = list(results[0].group_totals.columns)
-        group_totals = _added([r.group_totals for r in results], columns[:-1], ["value"])
+    each_totals = [r.group_totals for r in results if r.group_totals is not None]
+    if len(each_totals) == len(results):
+        columns = list(each_totals[0].columns)
+        group_totals = _added(each_totals, columns[:-1], ["value"])
         group_totals = group_totals.sort_values(columns[:-1], ignore_index=True).astype({"value": "int64"})
     return CounterResult(
         frame=frame,
@@ -194,21 +195,21 @@ def add_energy_parts(parts: list[EnergyPart], *, sizes: bool = False, keys: tupl
     if not frames:
         return EnergyPart(parts[0].frame, list(dict.fromkeys(w for p in parts for w in p.warnings)))
     frame = pd.concat(frames, ignore_index=True)
-    keys = [*named, "_occurrence"]
+    identity = [*named, "_occurrence"]
     numbers = [c for c in columns if c not in named and pd.api.types.is_numeric_dtype(frame[c])]
     texts = [c for c in columns if c not in (*named, *numbers)]
     rules = [_size_rule(b, k) if sizes else None for b, k in zip(frame["breakdown"], frame["key"])]
     frame = frame.assign(_rule=rules)
     frame = frame[frame["_rule"] != "per trace"]
-    grouped = frame.groupby(keys, sort=False, dropna=False)
+    grouped = frame.groupby(identity, sort=False, dropna=False)
     added = grouped[numbers].sum(min_count=1)
     largest = grouped[numbers].max()
     by_max = grouped["_rule"].first().eq("max")
     added.loc[by_max, numbers] = largest.loc[by_max, numbers]
     added = added.join(grouped[texts].first()) if texts else added
-    positions = _merged_order(frame, keys, named[:-1])
+    positions = _merged_order(frame, identity, named[:-1])
     added = added.reset_index()
-    added = added.assign(_position=[positions[_identity(row)] for row in zip(*(added[c] for c in keys))])
+    added = added.assign(_position=[positions[_identity(row)] for row in zip(*(added[c] for c in identity))])
     added = added.sort_values("_position", kind="stable")
     warnings = list(dict.fromkeys(w for p in parts for w in p.warnings))
     return EnergyPart(added[columns].reset_index(drop=True), warnings)

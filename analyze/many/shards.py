@@ -22,8 +22,14 @@ from dataclasses import dataclass
 from spiketrace.analyze.counters import count
 from spiketrace.analyze.energy import ModelScopeWarning, energy, load_preset, model_of, recost
 from spiketrace.analyze.energy.scopes import scope_warnings
-from spiketrace.analyze.many.combine import (RANK_ADDITIVE_MODELS, STEP_ADDITIVE_COUNTERS, STEP_ADDITIVE_MODELS, EnergyPart,
-                                  add_counter_results, add_energy_parts)
+from spiketrace.analyze.many.combine import (
+    RANK_ADDITIVE_MODELS,
+    STEP_ADDITIVE_COUNTERS,
+    STEP_ADDITIVE_MODELS,
+    EnergyPart,
+    add_counter_results,
+    add_energy_parts,
+)
 from spiketrace.analyze.many.traces import TraceFacts, read_facts
 from spiketrace.analyze.trace import TraceError, open_trace
 from spiketrace.analyze.trace.step_ranges import SHARD_EVENTS, restrict, step_bounds, step_ranges
@@ -114,7 +120,7 @@ def _options(work, model: str | None) -> dict:
 
 def _agreed_model(work, facts: list[TraceFacts]):
     """`work` with the one model every trace gets; TraceError when they get different ones."""
-    labels: dict[str, list[str]] = {}
+    labels: dict[str | None, list[str]] = {}
     for fact in facts:
         labels.setdefault(fact.model, []).append(fact.label)
     if len(labels) > 1:
@@ -148,7 +154,7 @@ class CountWork:
     def facts(self, trace, label: str) -> TraceFacts:
         return read_facts(trace, label)
 
-    def agreed(self, facts: list[TraceFacts]) -> "CountWork":
+    def agreed(self, facts: list[TraceFacts]) -> CountWork:
         return self
 
     def evaluate(self, trace):
@@ -199,7 +205,7 @@ class EnergyWork:
             facts.scope_warnings = scope_warnings(trace, facts.model, self.options.get("stage"))
         return facts
 
-    def agreed(self, facts: list[TraceFacts]) -> "EnergyWork":
+    def agreed(self, facts: list[TraceFacts]) -> EnergyWork:
         return _agreed_model(self, facts)
 
     def evaluate(self, trace) -> EnergyPart:
@@ -247,7 +253,7 @@ class RecostWork:
         facts.model = model_of(trace, self.model, self.presets, self.base, sweep_keys=list(self.sweep or ()))
         return facts
 
-    def agreed(self, facts: list[TraceFacts]) -> "RecostWork":
+    def agreed(self, facts: list[TraceFacts]) -> RecostWork:
         return _agreed_model(self, facts)
 
     def evaluate(self, trace) -> EnergyPart:

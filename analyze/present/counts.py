@@ -257,6 +257,10 @@ def _by_scope(result: CounterResult, names: list[str], depth: int | None, module
                                              units_line(names)]
 
 
+def _share(value: float, total: int) -> str:
+    return percent(value / total) if total else "-"
+
+
 def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
     totals = scope_totals(result.frame)
     lines: list[str] = []
@@ -264,13 +268,12 @@ def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
         rows = totals[(totals["counter"] == name) & (totals["scope"] == "Global")].sort_values(
             ["value", "op"], ascending=[False, True])
         total = int(rows["value"].sum())
-        share = (lambda v: percent(v / total)) if total else (lambda v: "-")
         shown, rest = rows.head(max(top, 0)), rows.iloc[max(top, 0):]
-        table = [[op, value_text(name, v), share(v)] for op, v in zip(shown["op"], shown["value"])]
+        table = [[op, value_text(name, v), _share(v, total)] for op, v in zip(shown["op"], shown["value"])]
         if len(rest):
             others = int(rest["value"].sum())
-            table.append([f"others ({len(rest)} ops)", value_text(name, others), share(others)])
-        table.append(["total", value_text(name, total), share(total) if total else "-"])
+            table.append([f"others ({len(rest)} ops)", value_text(name, others), _share(others, total)])
+        table.append(["total", value_text(name, total), _share(total, total)])
         lines += ([""] if lines else []) + [f"{name} (scope Global)"] + _grid(["op", "value", "share"], table, "  ")
     return lines + ["", units_line(names)] if lines else ["(no counts)"]
 
@@ -339,7 +342,8 @@ def coverage_text(
         shown, rest = (rows, rows.iloc[:0]) if top is None else (rows.head(top), rows.iloc[top:])
         table = [[op, str(int(n)), human_bytes(int(b))] for op, n, b in zip(shown["op"], shown["calls"], shown["tensor_bytes"])]
         if len(rest):
-            table.append([f"... {len(rest)} more op{'s' if len(rest) > 1 else ''}", str(int(rest["calls"].sum())), human_bytes(int(rest["tensor_bytes"].sum()))])
+            table.append([f"... {len(rest)} more op{'s' if len(rest) > 1 else ''}", str(int(rest["calls"].sum())),
+                          human_bytes(int(rest["tensor_bytes"].sum()))])
         lines += _grid(["op without a rule", "calls", "tensors"], table, "    ") if table else []
     return lines
 
@@ -357,9 +361,10 @@ def table_text(
     """The text report: the table `by` asks for, then the coverage block.
 
     by: "scope" (module tree down to `depth`, None = all), "op" (per counter the `top` ops at
-    Global, "others", "total"; `top` also bounds the uncovered ops listed), "stage" (result counted with by=("stage",)) or "module-type"
-    (needs `modules` = module_classes(trace), analyze/trace/facts.py). `modules` also orders the scope tree the way
-    the model registers its modules. `coverage`: counter -> fraction, shown when given."""
+    Global, "others", "total"; `top` also bounds the uncovered ops listed), "stage" (result counted
+    with by=("stage",)) or "module-type" (needs `modules` = module_classes(trace),
+    analyze/trace/facts.py). `modules` also orders the scope tree the way the model registers its
+    modules. `coverage`: counter -> fraction, shown when given."""
     names = counter_names(result) if counters is None else list(counters)
     if by == "scope":
         lines = _by_scope(result, names, depth, modules)

@@ -23,6 +23,7 @@ import pandas as pd
 from spiketrace.analyze.present.selection import selection_of
 from spiketrace.analyze.present.units import format_metric, metric_unit, quantity_in
 from spiketrace.analyze.results import Analysis
+
 CONDITION = re.compile(r"^\s*(?P<metric>[\w.\-]+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[+-]?\d+(\.\d*)?([eE][+-]?\d+)?)"
                        r"\s*(?:(?P<percent>%)|(?P<unit>[A-Za-zµμ]+))?\s*$")
 
@@ -167,8 +168,8 @@ def diff_traces(results_a, results_b, *, model: str | None = None, preset=None, 
     merged[["a", "b"]] = merged[["a", "b"]].astype(float).fillna(0.0)
     merged["delta"] = merged["b"] - merged["a"]
     merged["relative"] = [_relative(a, b) for a, b in zip(merged["a"], merged["b"])]
-    merged = merged.sort_values(["metric", "scope"], key=lambda c: c.map(lambda v: (v != "Global", v)) if c.name == "scope" else c,
-                                ignore_index=True)
+    merged = merged.sort_values(["metric", "scope"], ignore_index=True,
+                                key=lambda c: c.map(lambda v: (v != "Global", v)) if c.name == "scope" else c)
     trace_a, trace_b = (a.trace for a in analyses)
     return TraceDiff(str(trace_a.path), str(trace_b.path), model_signature(trace_a), model_signature(trace_b), merged,
                      selection.as_dict())

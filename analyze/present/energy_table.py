@@ -9,6 +9,8 @@ unit is in the value, formatted by present/units.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -30,7 +32,8 @@ def _stage_key(stage) -> tuple:
 # The breakdowns whose keys come from the trace (its stages, steps, ranks, modules), each in one
 # fixed order whatever order a model or the query engine produced them in; the others (components,
 # counts, memory levels, ...) keep the order the model's code gives them.
-KEY_ORDERS = {"stage": _stage_key, "step": _natural, "rank": _natural, "module": _natural}
+KEY_ORDERS: dict[str, Callable[[Any], list | tuple]] = {
+    "stage": _stage_key, "step": _natural, "rank": _natural, "module": _natural}
 
 
 def ordered_frame(frame: pd.DataFrame) -> pd.DataFrame:

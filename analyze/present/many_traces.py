@@ -10,7 +10,8 @@ per-trace tables of `--by trace`, the per-trace rows of --format csv, and the JS
       ]
     }
 
-With `--by trace` over one trace it is the document of one trace; one trace otherwise prints the one-trace document, whatever the engine.
+With `--by trace` over one trace it is the document of one trace; one trace otherwise prints the
+one-trace document, whatever the engine.
 
 ## energy --format json of several traces
 
@@ -31,7 +32,7 @@ import math
 import pandas as pd
 
 from spiketrace.analyze.energy.breakdown import total_of
-from spiketrace.analyze.present.counts import _grid, coverage_text, counters_json, tidy_frame, units_line, value_text
+from spiketrace.analyze.present.counts import _grid, counters_json, coverage_text, tidy_frame, units_line, value_text
 from spiketrace.analyze.present.energy_table import ordered_frame
 from spiketrace.analyze.present.safe_text import safe, safe_line
 from spiketrace.analyze.present.units import format_energy

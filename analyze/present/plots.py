@@ -26,9 +26,11 @@ from __future__ import annotations
 import html
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -53,14 +55,14 @@ class PlotFigure(Figure):
         return buffer.getvalue()
 
 
-def _figure(width: float, height: float) -> tuple[Figure, object]:
+def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     figure = PlotFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)  # this figure's own raster canvas; the global backend is left alone
     return figure, figure.subplots()
 
 
 def energy_report(results, model: str | None = None, preset=None, selection=None,
-                  **options) -> tuple[object, str | None]:
+                  **options) -> tuple[Any, str | None]:
     """(report, model): `results` itself when it is an energy report, else its Analysis's
     report (cached mapping; model None = the trace's default) of `selection`."""
     if hasattr(results, "energy_by_module") or hasattr(results, "energy_by_stage"):
@@ -79,15 +81,19 @@ def _about(model: str | None, preset, *results, selection=None) -> str:
     when a result is a report (no trace to read)."""
     if model is None:
         return ""
-    phases: set | None = set()
+    return f"\n{model} ({scope_label(model, _phases(results, selection))}), {preset or 'default preset'}"
+
+
+def _phases(results, selection) -> set[str] | None:
+    """The phases the selection of `results` holds; None when a result is a report."""
+    phases: set[str] = set()
     for result in results:
         if hasattr(result, "energy_by_module") or hasattr(result, "energy_by_stage"):
-            phases = None  # a report: what it was mapped from is not at hand
-            break
+            return None  # a report: what it was mapped from is not at hand
         trace = _trace_of(result)
         with selection_of(selection).views(trace):
             phases |= set(trace_phases(trace))
-    return f"\n{model} ({scope_label(model, phases)}), {preset or 'default preset'}"
+    return phases
 
 
 def _trace_of(results):
@@ -240,13 +246,13 @@ def roofline(results, *, peak_flops: float | None = None, bandwidth: float | Non
     data = data[(data["flop"] > 0) & (data["memory_access"] > 0)]
     intensity = data["flop"] / data["memory_access"]
     machine = bool(peak_flops and bandwidth)
-    height = np.minimum(peak_flops, bandwidth * intensity) if machine else data["flop"]
+    height = np.minimum(peak_flops, bandwidth * intensity) if peak_flops and bandwidth else data["flop"]
     figure, axes = _figure(6.5, 4.5)
     axes.scatter(intensity, height, color="#4C72B0", zorder=3)
     for name, x, y in zip(data.index, intensity, height):
         label = name.rsplit(".", 1)[-1] + (f" ({classes[name]})" if name in classes else "")
         axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
-    if machine:
+    if peak_flops and bandwidth:  # the machine
         # the roof: bandwidth-bound slope up to the ridge, then the compute peak
         ridge = peak_flops / bandwidth
         low = min(float(intensity.min()) if len(intensity) else ridge, ridge) / 4

@@ -39,7 +39,7 @@ def format_energy(pj: float, digits: int = 3, unit: str | None = None) -> str:
 COUNT_UNITS = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
 
 
-def human(n: int) -> str:
+def human(n: float) -> str:
     """`n` in K/M/G/T (powers of 1000), three significant decimals: 1234 -> "1.23K"."""
     n = int(n)
     sign, size = ("-" if n < 0 else ""), abs(n)
@@ -53,7 +53,7 @@ def human(n: int) -> str:
     return f"{sign}{size}"
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     """Bytes in decimal units: 964 -> "964B", 94_080 -> "94.08KB"."""
     return f"{human(n)}B"
 
@@ -84,7 +84,7 @@ def format_metric(metric: str, value: float) -> str:
 def _registry():
     import pint  # only when a unit is written: building its registry takes most of a second
 
-    registry = pint.UnitRegistry()
+    registry: pint.UnitRegistry[float] = pint.UnitRegistry()
     registry.define("KB = kilobyte")  # what people write for 1000 bytes (pint knows kB)
     return registry
 

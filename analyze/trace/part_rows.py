@@ -10,6 +10,7 @@ by DuckDB for all of its table's rules together.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -73,7 +74,7 @@ def rule_problems(con: duckdb.DuckDBPyConnection, part: Part) -> list[str]:
         broken = f"NOT coalesce(({rule.holds}), true)"
         selects += [f"count_if({broken})", f"arg_min({rule.column}::VARCHAR, file_row_number) FILTER (WHERE {broken})",
                     f"min(file_row_number) FILTER (WHERE {broken})"]
-    row = con.execute(f"SELECT {', '.join(selects)} FROM {_source(part)}").fetchone()
+    row = con.execute(f"SELECT {', '.join(selects)} FROM {_source(part)}").fetchall()[0]
     problems = []
     for index, rule in enumerate(rules):
         count, value, first_row = row[3 * index: 3 * index + 3]
@@ -91,13 +92,14 @@ def order_problems(con: duckdb.DuckDBPyConnection, parts: list[Part]) -> list[st
         return []
     column, strict = ORDERED[parts[0].table]
     wrong = "<=" if strict else "<"
-    problems, last_of_rank = [], {}
+    problems: list[str] = []
+    last_of_rank: dict[int, Any] = {}
     for part in parts:
         broken, first_row, first, last = con.execute(
             f"SELECT count_if(v {wrong} prev), min(n) FILTER (WHERE v {wrong} prev), "
             f"arg_min(v, n), arg_max(v, n) FROM (SELECT {column} AS v, file_row_number AS n, "
             f"lag({column}) OVER (ORDER BY file_row_number) AS prev FROM {_source(part)})"
-        ).fetchone()
+        ).fetchall()[0]
         if broken:
             problems.append(f"{part.path}: column {column}, row {first_row}: out of order "
                             f"({'increasing' if strict else 'non-decreasing'} along the record order; {broken} rows)")

@@ -169,8 +169,10 @@ def find_parts(root: Path, manifests: dict[int, dict], warnings: list[str], *,
             if manifest.get("status") == COMPLETE and not entries:
                 # Tables added by a newer minor version are absent from older traces.
                 if parse_version(manifest["schema_version"]) >= parse_version(SCHEMA_VERSION):
-                    raise TraceError(f"{layout.part_dir(root, table, rank)}: missing, but the trace is complete (every table has a part)")
-                warnings.append(f"{layout.part_dir(root, table, rank)}: missing (older schema {manifest['schema_version']}); reads as empty")
+                    raise TraceError(f"{layout.part_dir(root, table, rank)}: missing, but the trace is complete "
+                                     "(every table has a part)")
+                warnings.append(f"{layout.part_dir(root, table, rank)}: missing (older schema {manifest['schema_version']}); "
+                                "reads as empty")
             parts[table] += [
                 _committed_part(root, manifest_file, table, rank, entry, manifest.get("run_id"), verify)
                 for entry in entries

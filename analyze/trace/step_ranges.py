@@ -68,12 +68,12 @@ def step_ranges(bounds: list[tuple[int, int, int]], shard_events: int) -> list[t
     and the last open above (None), so that the ranges hold every record."""
     total = sum(events for _, events, _ in bounds)
     share = total / max(1, -(-total // max(1, shard_events)))  # the events of each of ceil(total / shard_events)
-    groups: dict[int, list[tuple[int, int, int]]] = {}
+    by_share: dict[int, list[tuple[int, int, int]]] = {}
     before = 0
     for bound in bounds:
-        groups.setdefault(int(before // share) if share else 0, []).append(bound)
+        by_share.setdefault(int(before // share) if share else 0, []).append(bound)
         before += bound[1]
-    groups = list(groups.values())
+    groups = list(by_share.values())
     ranges = []
     for i, group in enumerate(groups):
         following = groups[i + 1][0] if i + 1 < len(groups) else None
@@ -154,7 +154,8 @@ def record_shards(trace, shard_events: int) -> list[tuple[tuple[int, ...], tuple
         events[part.rank] = events.get(part.rank, 0) + part.rows
     if sum(events.values()) <= shard_events:
         return []
-    shards, group = [], []
+    shards: list[tuple[tuple[int, ...], tuple[int | None, int | None] | None]] = []
+    group: list[int] = []
     for rank in sorted(events):
         bounds = step_bounds(trace, rank) if events[rank] > shard_events else None
         if bounds and len(bounds) > 1:

@@ -19,6 +19,7 @@ Views whose name differs from the table's, or that are derived:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -99,7 +100,7 @@ def path_keys(root: Path) -> list[str]:
     return sorted({part.split("=", 1)[0] for part in root.parts if "=" in part and not part.startswith("=")})
 
 
-def table_view_sql(table: str, files: list[Path], exclude: list[str] = ()) -> str:
+def table_view_sql(table: str, files: list[Path], exclude: Sequence[str] = ()) -> str:
     """SELECT over `files` with the columns described in the module docstring.
 
     `exclude` names columns hive partitioning takes from directories above the trace.

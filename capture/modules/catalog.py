@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import types
+from typing import Any
 
 import torch
 
@@ -66,7 +67,7 @@ def _tensor_value(tensor: torch.Tensor):
 
 def _describe_parameters(value) -> dict:
     """A parameter namedtuple (Norse's LIFParameters): its fields, tensors by value."""
-    described = {"$class": qualified_name(type(value))}
+    described: dict[str, Any] = {"$class": qualified_name(type(value))}
     for key in value._fields:
         field = getattr(value, key)
         if isinstance(field, torch.Tensor):
@@ -84,7 +85,7 @@ def _function_name(value) -> str | None:
 
 
 def _describe_object(value) -> dict:
-    described = {"$class": qualified_name(type(value))}
+    described: dict[str, Any] = {"$class": qualified_name(type(value))}
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
         name = _function_name(value)
         if name is not None:
@@ -98,7 +99,7 @@ def _describe_object(value) -> dict:
 
 
 def module_attributes(module: torch.nn.Module) -> dict:
-    attributes = {}
+    attributes: dict[str, Any] = {}
     for key, value in vars(module).items():
         if key.startswith("_") and key not in _PRIVATE_ATTRIBUTES:
             continue
@@ -113,13 +114,13 @@ def module_attributes(module: torch.nn.Module) -> dict:
             value = getattr(module, key, None)
             if key not in attributes and isinstance(value, torch.Tensor):
                 attributes[key] = _tensor_value(value)
-        except Exception:  # a getter or a tensor whose values cannot be read here
+        except Exception:  # noqa: BLE001 - a getter or a tensor whose values cannot be read here
             continue
     for key in _PROPERTY_ATTRIBUTES:
         if key not in attributes and hasattr(type(module), key):
             try:
                 simple = _simple(getattr(module, key))
-            except Exception:  # a getter that needs state we do not have
+            except Exception:  # noqa: BLE001 - a getter that needs state we do not have
                 continue
             if simple is not NotImplemented:
                 attributes[key] = simple

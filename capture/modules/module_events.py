@@ -32,7 +32,8 @@ class ModuleEventLog:
         self.context = context
         buffer = context.writer.tables["module_events"]
         if set(buffer.columns) != set(_COLUMNS) or buffer.groups.get("$hook") != _HOOK:
-            raise AssertionError("spiketrace.capture.modules.module_events column lists are out of step with the module_events buffer")
+            raise AssertionError("spiketrace.capture.modules.module_events column lists are out of step with "
+                                 "the module_events buffer")
         # bound appends, kept for the buffer's life (a flush drops written rows in place)
         self._appends = tuple(buffer.columns[name].append for name in _COLUMNS)
         self._interned = buffer._interned["$hook"]

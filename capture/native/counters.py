@@ -9,7 +9,18 @@ and `value`, two of the names its ATTRIBUTE_READS lists).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 from spiketrace.capture.native import _native
+
+
+class Counter(Protocol):
+    """What every counter offers: PythonCounter's, or the compiled one's."""
+
+    value: int
+
+    def take(self) -> int: ...
 
 
 class PythonCounter:
@@ -27,4 +38,4 @@ class PythonCounter:
         return f"Counter({self.value})"
 
 
-new_counter = _native.Counter if _native is not None else PythonCounter
+new_counter: Callable[..., Counter] = _native.Counter if _native is not None else PythonCounter

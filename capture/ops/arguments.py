@@ -2,8 +2,9 @@
 
 Ints, bools, None, strings and lists stay as they are; values JSON cannot hold exactly are
 tagged objects: {"$float": "inf"}, {"$dtype": "float32"}, {"$device": "cuda:0"},
-{"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]}, {"$script_object": "__torch__...."}.
-Tuples and lists both become JSON lists, as the dispatcher treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
+{"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]},
+{"$script_object": "__torch__...."}. Tuples and lists both become JSON lists, as the dispatcher
+treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
 (event_tensors.k). Anything else is {"$repr": repr(value)} so nothing is silently dropped.
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 
-_TAGGED_TYPES = {
+_TAGGED_TYPES: dict[type, tuple[str, Callable[[Any], str]]] = {
     torch.dtype: ("$dtype", lambda v: str(v).removeprefix("torch.")),
     torch.device: ("$device", str),
     torch.memory_format: ("$memory_format", lambda v: str(v).removeprefix("torch.")),
@@ -54,10 +57,11 @@ class TensorCollector:
         return {"$t": len(self.tensors) - 1}
 
 
-def _encode(value, collector: TensorCollector, role: str, position, name, item):
+def _encode(value, collector: TensorCollector | None, role: str, position, name, item):
     if value is None or value is True or value is False or type(value) in (int, str):
         return value
     if isinstance(value, torch.Tensor):
+        assert collector is not None, "a tensor where the caller promised none"
         return collector.add(value, role, position, name, item)
     if type(value) is float:
         return value if math.isfinite(value) else {"$float": repr(value)}
@@ -113,7 +117,8 @@ def _intern(text: str) -> str:
 
 
 def _placeholders_json(key: tuple) -> str:
-    placeholders, k = [], 0
+    placeholders: list[Any] = []
+    k = 0
     for value in key:
         if value is _TENSOR:
             placeholders.append({"$t": k})
@@ -150,7 +155,7 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
     tensors: list = []
     args_json = None
     if intern and not kwargs:
-        key = []
+        key: list[Any] = []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 tensors.append((a, _ARG_SLOTS[i] if i < 32 else use_slot("arg", i, None, None)))
@@ -172,12 +177,12 @@ def encode_call(args: tuple, kwargs: dict, out, intern: bool = True) -> tuple[st
                 del tensors[:]
                 break
         else:
-            key = tuple(key)
-            args_json = _interned_args.get(key)
+            args_key = tuple(key)
+            args_json = _interned_args.get(args_key)
             if args_json is None:
                 if len(_interned_args) > _INTERNED_LIMIT:
                     _interned_args.clear()
-                args_json = _interned_args[key] = _placeholders_json(key)
+                args_json = _interned_args[args_key] = _placeholders_json(args_key)
     if args_json is None:
         args_json = _encode_args(args, tensors)
         if intern:
@@ -208,7 +213,8 @@ def out_list_json(key: int) -> str:
     record (capture/native/record/call.c): `key` packs the first tensor's placeholder index (bits
     0-7), the item count (8-15) and which items are tensors (a bit each from 16)."""
     first, count, present = key & 0xFF, (key >> 8) & 0xFF, key >> 16
-    items, k = [], first
+    items: list[dict[str, int] | None] = []
+    k = first
     for i in range(count):
         if present >> i & 1:
             items.append({"$t": k})
@@ -220,7 +226,7 @@ def out_list_json(key: int) -> str:
 
 def _encode_args(args: tuple, tensors: list) -> str:
     collector = TensorCollector(tensors)
-    encoded_args = []
+    encoded_args: list[Any] = []
     for i, a in enumerate(args):  # tensors and ints first: most arguments are one of them
         if isinstance(a, torch.Tensor):
             tensors.append((a, _ARG_SLOTS[i] if i < 32 else use_slot("arg", i, None, None)))

@@ -66,7 +66,8 @@ _ROOT_ARGUMENTS = ("root_rank", "src", "dst")
 
 def _reduce_op_names() -> dict[int, str]:
     try:
-        return {int(value): name for name, value in torch.distributed.ReduceOp.RedOpType.__members__.items()}
+        members = torch.distributed.ReduceOp.RedOpType.__members__.items()
+        return {int(value): name for name, value in members}  # type: ignore[call-overload]  # pybind11 enum: no __int__ in its stub
     except (AttributeError, RuntimeError):  # torch built without distributed
         return {}
 
@@ -85,7 +86,7 @@ def _group(value):
     if isinstance(value, torch.ScriptObject):
         return dist.ProcessGroup.unbox(value)
     if isinstance(value, str):
-        return dist.distributed_c10d._resolve_process_group(value)
+        return dist.distributed_c10d._resolve_process_group(value)  # type: ignore[arg-type]  # a name, typed as torch's GroupName
     return None
 
 
@@ -93,7 +94,7 @@ def _reduce_op(value) -> str | None:
     if isinstance(value, str):
         return value.upper()
     if isinstance(value, torch.ScriptObject):
-        code = value.op()
+        code = value.op()  # type: ignore[attr-defined]  # a TorchBind object's methods are not in its stub
         return _REDUCE_OPS.get(int(code), str(code))
     return None
 

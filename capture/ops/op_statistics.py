@@ -12,12 +12,12 @@ The NeuroBench pair counts memoise a weight's nonzero counts per parameter versi
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from spiketrace.capture.ops import conv_taps
 from spiketrace.capture.native import BIT_FORMATS, _native, scan_stats
+from spiketrace.capture.ops import conv_taps
 from spiketrace.capture.ops.shared_operands import SHARED, operand_stats
 
 # The pair count and the ternary check in compiled passes (capture/native/scan/pairs.c,
@@ -45,7 +45,8 @@ def _conv_geometry(args):
         x, w, _bias, stride, padding, dilation, transposed, output_padding, groups = args
     else:
         x, w = args[0], args[1]
-        stride, padding, dilation, groups = (*args[3:7], *(1, 0, 1, 1)[len(args[3:7]):])
+        given = tuple(args[3:7])
+        stride, padding, dilation, groups = given + (1, 0, 1, 1)[len(given):]
         transposed, output_padding = False, 0
         if x.dim() == w.dim() - 1:  # unbatched: conv{n}d adds the batch dim
             x = x.unsqueeze(0)
@@ -157,6 +158,7 @@ def _compiled_spatial_counts(x: torch.Tensor) -> torch.Tensor | None:
     fmt = _compiled_format(x, _compiled_counts)
     if fmt is None or x.dim() < 3:
         return None
+    assert _compiled_counts is not None  # a format: the kernel is built
     shape, strides = tuple(x.shape), tuple(x.stride())
     axes = [d for d in range(2, x.dim()) if shape[d] != 1]  # a size-1 axis is never stepped
     for outer, inner in zip(axes, axes[1:]):  # each position axis steps over the next one whole
@@ -275,7 +277,8 @@ def _gemm_pairs_of(x: torch.Tensor, y: torch.Tensor):
         return pairs
     if x.dim() == y.dim():
         operands = (_as_batched(x), _as_batched(y))
-        pairs = _compiled_pairs(*operands) if None not in operands else None  # None past 2**64
+        # (an operand the kernel reads implies the kernel); None past 2**64
+        pairs = _compiled_pairs(*operands) if None not in operands and _compiled_pairs is not None else None
         if pairs is not None:
             return pairs  # an exact int: the counts are integers
     x_binary, y_binary = (*SHARED.get("binary", ()), None, None)[:2]
@@ -319,7 +322,7 @@ def _ternary(x: torch.Tensor):
         return 1.0
     if x.is_cpu:
         fmt = _compiled_format(x, _compiled_ternary)
-        if fmt is not None:
+        if fmt is not None and _compiled_ternary is not None:  # a format: the kernel is built
             # -1 is all bits set in a signed integer; a float's -1 is its 1 under the sign mask
             minus_one = x.dtype.is_signed and not x.dtype.is_floating_point
             return float(_compiled_ternary(x.data_ptr(), fmt[0], fmt[1], fmt[2], minus_one, tuple(x.shape),

@@ -60,7 +60,7 @@ class OptimizerLog:
             # A hook failure must not stop optimizer.step() (capture/store/failures.py).
             try:
                 self._write_rows(context.take_seq(), index, call, optimizer)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - capture/store/failures.py
                 context.report_failure("optimizer_hook", type(optimizer).__qualname__, exc, context.seq - 1)
 
     def _write_rows(self, seq: int, index: int, call: int, optimizer: torch.optim.Optimizer) -> None:

@@ -12,17 +12,18 @@ so a device run keeps exactly the rows a CPU run keeps.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 import torch
 
 from spiketrace.capture.context import RecordingContext
-from spiketrace.capture.ops.shared_operands import begin_op, end_op
 from spiketrace.capture.ops.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS, TERNARY_OF_FIRST_OPERAND
 from spiketrace.capture.ops.packed_bits import bits_bytes, pack_bits
+from spiketrace.capture.ops.shared_operands import begin_op, end_op
+from spiketrace.capture.tensors.device_statistics import PendingStats
 from spiketrace.capture.tensors.registry import excluded_from_modes, has_values, immediate_stats
 from spiketrace.capture.tensors.value_counts import ignoring_warnings
 from spiketrace.schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
-
 
 # Each statistic's condition, looked up once per statistic a call may take.
 _CONDITIONS = {name: statistic.condition for name, statistic in STATISTICS.items()}
@@ -45,10 +46,10 @@ class OpScalars:
         # saying whether the weight was 0/1 (None: no such check), and the PendingStats of the
         # operands its condition needs 0/1 (resolved by the registry's flush hook, which runs
         # before this one).
-        self.pending_stats: list[tuple[int, object, torch.Tensor | None, tuple]] = []
+        self.pending_stats: list[tuple[int, object, torch.Tensor | None, tuple[PendingStats, ...]]] = []
         # (row, bits still on the device or None, the pending statistics of an operand whose 0/1-ness
         # is checked at flush or None)
-        self.pending_packed: list[tuple[int, torch.Tensor | None, object]] = []
+        self.pending_packed: list[tuple[int, torch.Tensor | None, PendingStats | None]] = []
         # The both-binary check of a weight: (id, version) -> is01 on CPU, or the 0-dim bool
         # computing it on a device; on a device, (id, shape) -> is01 as last fetched.
         self._weight_binary: dict[tuple[int, int], bool | torch.Tensor] = {}
@@ -80,7 +81,7 @@ class OpScalars:
         operands, statistic_names = OP_STATISTICS[name]
         # Each operand's (nnz, is01) as the record just described it (None: not known now, on a
         # device) and whether it is 0/1: True/False when known, None when not, False for no tensor.
-        values = [args[o.position] if len(args) > o.position else None for o in operands]
+        values: list[Any] = [args[o.position] if len(args) > o.position else None for o in operands]
         registry = self.context.registry
         stats_of = registry.stats_of
         known = [stats_of(t) if isinstance(t, torch.Tensor) else None for t in values]
@@ -128,12 +129,12 @@ class OpScalars:
         for stat in taken:
             # One statistic failing loses that statistic only (a `statistics` entry in `degraded`).
             try:
-                valid = None
+                valid: torch.Tensor | None = None
                 if stat in EXPENSIVE and flags[-1] is None:
-                    valid = self._weight_is_binary(args[operands[-1].position])
-                    if valid is False:
+                    binary = self._weight_is_binary(args[operands[-1].position])
+                    if binary is False:
                         continue
-                    valid = valid if isinstance(valid, torch.Tensor) else None
+                    valid = binary if isinstance(binary, torch.Tensor) else None
                 if stat in TERNARY_OF_FIRST_OPERAND and flags[0] is True:
                     value = 1.0  # a 0/1 operand is ternary: no scan
                 else:
@@ -147,7 +148,7 @@ class OpScalars:
         for position, condition in packed:
             try:
                 self._append_packed(seq, position, args[position], condition)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - see the module docstring
                 self.context.report_failure("statistics", f"packed input {position} of {name}", exc, seq)
 
     def _append_stat(self, seq: int, stat: str, value, valid: torch.Tensor | None = None,
@@ -183,11 +184,11 @@ class OpScalars:
         by_device: dict[torch.device, list] = {}
         dropped = set()
         for row, value, valid, operands in self.pending_stats:
+            on_device = value if isinstance(value, torch.Tensor) else valid  # what the flush fetches
             if any(s.is01 is False for s in operands):  # an operand's values were not 0/1 after all
                 dropped.add(row)
-            elif isinstance(value, torch.Tensor) or valid is not None:
-                device = (value if isinstance(value, torch.Tensor) else valid).device
-                by_device.setdefault(device, []).append((row, value, valid))
+            elif on_device is not None:
+                by_device.setdefault(on_device.device, []).append((row, value, valid))
         with excluded_from_modes():
             for device, items in by_device.items():
                 ones = torch.ones((), dtype=torch.float64, device=device)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import weakref
 
-_open: "weakref.WeakSet" = weakref.WeakSet()  # the Recorders open in this process
+_open: weakref.WeakSet = weakref.WeakSet()  # the Recorders open in this process
 _registered = False  # the at-fork handlers are registered (a fork's child inherits them)
 
 

@@ -20,7 +20,7 @@ steps ends).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 NONE, WARMUP, RECORD, RECORD_AND_SAVE = "none", "warmup", "record", "record_and_save"
 RECORDED = (RECORD, RECORD_AND_SAVE)

@@ -17,8 +17,8 @@ does the same for a finished trace, with a larger threshold. Pure pyarrow (no to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,8 +40,7 @@ def plan(entries: list[dict], small_bytes: int, target_bytes: int = TARGET_BYTES
     that are worth merging (at least MIN_RUN parts)."""
     runs, start, total = [], None, 0
     for index, entry in enumerate([*entries, None]):
-        fits = entry is not None and entry["bytes"] < small_bytes and (start is None or total + entry["bytes"] <= target_bytes)
-        if fits:
+        if entry is not None and entry["bytes"] < small_bytes and (start is None or total + entry["bytes"] <= target_bytes):
             if start is None:
                 start, total = index, 0
             total += entry["bytes"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 logger = logging.getLogger("spiketrace.capture")
 
@@ -41,7 +41,7 @@ def describe_error(exc: BaseException) -> str:
 class FailureLog:
     """Failures of one rank's capture, aggregated per (site, what, exception type)."""
 
-    def __init__(self, trace_path: str, on_new_kind: Callable[[], None] | None = None) -> None:
+    def __init__(self, trace_path: str, on_new_kind: Callable[[], object] | None = None) -> None:
         self.trace_path = trace_path
         self.entries: list[dict] = []  # the manifest's `degraded` list, mutated in place
         self.on_new_kind = on_new_kind

@@ -69,7 +69,8 @@ class FlatIntLists:
 
     def rows(self) -> list:
         """Every row as a tuple (None for a null row, None for a null item)."""
-        result, at, nulls = [], 0, set(self.null_items)
+        result: list[tuple | None] = []
+        at, nulls = 0, set(self.null_items)
         for length in self.lengths:
             if length == NULL_ROW:
                 result.append(None)

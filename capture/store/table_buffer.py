@@ -16,6 +16,7 @@ import gc
 import sys
 from array import array
 from contextlib import contextmanager
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -127,12 +128,14 @@ class TableBuffer:
         # buffer began, less this, is its index now (TensorRegistry.pending keeps numbers).
         self.dropped = 0
         # A table with BUFFER_RUNS: each run's shared value and its row count (appended once
-        # its rows are: a run's rows are complete when the run is), else None.
+        # its rows are: a run's rows are complete when the run is); empty and unused without runs.
         self.runs = BUFFER_RUNS.get(name)
         int_column = IntColumn if IntColumn is not None and name in COMPILED_RECORD_TABLES else array
-        self.run_values = None if self.runs is None else int_column("q")
-        self.run_lengths = None if self.runs is None else int_column("i")
-        self.columns: dict[str, list | array] = {}
+        self.run_values = int_column("q")
+        self.run_lengths = int_column("i")
+        # A list, an integer array (array or IntColumn) or a FlatIntLists per column, each told
+        # apart where it matters: the record paths know each column's kind by its field.
+        self.columns: dict[str, Any] = {}
         flat = FLAT_LISTS.get(name, ())
         for f in schema:
             if f.name in flat:
@@ -231,12 +234,14 @@ class TableBuffer:
             self.run_values.append(value)
             self.run_lengths.append(1)
         else:
+            assert self.runs is not None  # append() runs this for a table with runs only
             raise ValueError(f"{self.name}: row {self.runs[1]}={index} of {self.runs[0]}={value} "
                              f"does not follow the rows before it")
 
     def _run_arrays(self, rows: int) -> dict[str, pa.Array]:
         """The run fields of the first `rows` rows, expanded: each run's value repeated over its
         rows, and each row's number within its run (run-end decoding, in Arrow)."""
+        assert self.runs is not None  # called for a table with runs only
         value_field, index_field = self.runs
         taken = self._runs_within(rows)
         lengths = _int_values(self.run_lengths, taken).cast(pa.int32())
@@ -248,7 +253,7 @@ class TableBuffer:
             return {value_field: pa.array([], pa.int64()).cast(self.schema.field(value_field).type),
                     index_field: pa.array([], self.schema.field(index_field).type)}
         starts = pc.subtract(ends, lengths)
-        decode = lambda per_run: pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, per_run))  # noqa: E731
+        decode = lambda per_run: pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, per_run))  # noqa: E731 - a one-line helper
         row_numbers = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), rows)), 1)
         return {value_field: decode(values).cast(self.schema.field(value_field).type),
                 index_field: pc.subtract(row_numbers, decode(starts)).cast(self.schema.field(index_field).type)}

@@ -36,22 +36,22 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spiketrace.capture.store.compaction import compact_rank
 from spiketrace.capture.store.failures import FailureLog, describe_error, logger
-from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.capture.store.run_id import agree_run_id
+from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.capture.store.trace_root import TracePathError, prepare_root  # noqa: F401 - TracePathError re-exported
 from spiketrace.schemas import layout
 from spiketrace.schemas.safe_files import checksum_of_bytes, create_new
 from spiketrace.schemas.tables import TABLES
 from spiketrace.schemas.version import SCHEMA_VERSION
-
 
 ZSTD_LEVEL = 9  # clearly smaller parts than the default level, at a small cost per flush
 
@@ -186,7 +186,7 @@ class TraceWriter:
         self.flush_bytes = flush_bytes
         self.compact = compact
         # Called with the writer before buffers become Arrow: fills deferred values in place.
-        self.before_flush: list[Callable[["TraceWriter"], None]] = []
+        self.before_flush: list[Callable[[TraceWriter], None]] = []
         # Called once when a write fails: the recorder stops recording (nothing can be kept).
         self.on_failure: list[Callable[[], None]] = []
         self.failures = FailureLog(str(self.root), on_new_kind=self._save_manifest)
@@ -335,7 +335,7 @@ class TraceWriter:
         for callback in self.on_failure:
             try:
                 callback()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the failure is recorded; one callback must not stop the rest
                 pass
 
     def _drop_buffers(self) -> None:

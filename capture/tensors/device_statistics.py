@@ -85,8 +85,11 @@ class PendingStats:
     counts will be (a slot pair, or a position in a batch's results), then the numbers."""
 
     __slots__ = ("nnz", "is01", "device", "slot", "counts_ones", "batch")
+    nnz: int | None
+    is01: bool | None
+    device: torch.device | None  # None once resolved
 
-    def __init__(self, device: torch.device, slot: int, counts_ones: bool, batch: "Batch | None" = None) -> None:
+    def __init__(self, device: torch.device, slot: int, counts_ones: bool, batch: Batch | None = None) -> None:
         self.nnz = None
         self.is01 = None
         self.device, self.slot, self.counts_ones, self.batch = device, slot, counts_ones, batch
@@ -106,11 +109,12 @@ class Batch:
     copies until counted, then a [2, n] tensor of (nnz, ones) on the device, then on the host."""
 
     __slots__ = ("copies", "elements", "counts", "host")
+    counts: torch.Tensor  # set once counted (count)
+    host: list[list[int]]  # set once fetched (StatisticSlots.fetch)
 
     def __init__(self) -> None:
         self.copies: list[torch.Tensor] = []
         self.elements = 0
-        self.counts = self.host = None
 
     def count(self) -> None:
         """One pass over all copies: a running sum of each mask, read at the copies' ends.

@@ -9,7 +9,7 @@ or None to fall back to scanning. Every rule is exact, including NaN and -0.0.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -31,8 +31,8 @@ def same_elements(args, kwargs, out, known: Known):
 
 
 def concatenated(args, kwargs, out, known: Known):
-    parts = [known(t) for t in args[0]]
-    if any(p is None for p in parts):
+    parts = [p for p in map(known, args[0]) if p is not None]
+    if len(parts) != len(args[0]):
         return None
     return sum(p[0] for p in parts), all(p[1] for p in parts)
 

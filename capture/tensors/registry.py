@@ -26,15 +26,19 @@ so a failure while describing leaves neither a half row nor an id that names no 
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
-from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
 from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots
-from spiketrace.capture.tensors.value_counts import ignoring_warnings, immediate_stats, python_stats  # module globals: tests inject failures here
+from spiketrace.capture.tensors.value_counts import (  # module globals: tests inject failures here
+    ignoring_warnings,
+    immediate_stats,
+    python_stats,
+)
+from spiketrace.schemas.plausibility import NO_STORAGE, NO_VERSION_COUNTER
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 
@@ -55,7 +59,7 @@ def modes_would_see() -> bool:
     return _dispatch_stack_depth() > 0
 
 
-def _dtype_name(dtype: torch.dtype, _cache: dict = {}) -> str:
+def _dtype_name(dtype: torch.dtype, _cache: dict[torch.dtype, str] = {}) -> str:  # noqa: B006 - a memo, shared on purpose
     name = _cache.get(dtype)
     if name is None:
         name = _cache[dtype] = str(dtype).removeprefix("torch.")
@@ -153,7 +157,8 @@ class TensorRegistry:
         self._row_kinds: dict[tuple, tuple] = {}
         if set(_ROW_COLUMNS) != set(rows.columns) or rows.groups.get("$form") != _FORM or \
                 rows.sentinels != {"nnz": -1, "is01": -1}:
-            raise AssertionError("spiketrace.capture.tensors.registry._ROW_COLUMNS is out of step with spiketrace.schemas.tables.TENSORS")
+            raise AssertionError("spiketrace.capture.tensors.registry._ROW_COLUMNS is out of step with "
+                                 "spiketrace.schemas.tables.TENSORS")
         self._columns = [rows.columns[name] for name in _ROW_COLUMNS]
         # (shape, stride, storage_offset, numel, kind) -> the row's interned form tuple
         self._forms: dict[tuple, tuple] = {}
@@ -161,9 +166,10 @@ class TensorRegistry:
 
     # -- liveness ---------------------------------------------------------------------------
     def _freed(self, ref: weakref.ref) -> None:
-        key, uid = self._refs.pop(id(ref), (None, None))
-        if uid is None:
+        popped = self._refs.pop(id(ref), None)
+        if popped is None:
             return
+        key, uid = popped
         frees = self.frees.columns
         frees["uid"].append(uid)
         frees["freed_seq"].append(self.next_seq())
@@ -297,11 +303,11 @@ class TensorRegistry:
             form = self._forms[form_key] = (shape, stride, offset, numel, *row_kind)
         # Everything is computed above, so these appends cannot stop halfway.
         a = self._append
-        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](form); a[5](storage); a[6](nnz); a[7](is01)
+        a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](form); a[5](storage); a[6](nnz); a[7](is01)  # noqa: E702 - one row's appends, in column order
         if pending:
             self.pending.append((self.rows.dropped + len(self._columns[0]) - 1, stats))
 
-    def pend_row(self, t: torch.Tensor, seq: int, stats: "PendingStats | None"):
+    def pend_row(self, t: torch.Tensor, seq: int, stats: PendingStats | tuple | None):
         """The compiled record's device-path statistics for the row it just appended (nulls until
         flush): `stats` a state's pending ones it reuses (only requires_grad changed), else
         queued now for t, a plain strided tensor whose storage the record checked holds it (no
@@ -327,14 +333,14 @@ class TensorRegistry:
             self._columns[6][-1], self._columns[7][-1] = stats
         return stats
 
-    def _queue(self, t: torch.Tensor) -> "PendingStats | tuple":
+    def _queue(self, t: torch.Tensor) -> PendingStats | tuple:
         """Counts queued on t's device, or on CPU those of the CPU's own kernel where the fast
         path native_statistics is on: ready at once, as a CPU kernel's are."""
         if self.native_scan and t.is_cpu:
             return immediate_stats(t)
         return self.slots.take(t)
 
-    def pending_of(self, t: torch.Tensor) -> "PendingStats | None":
+    def pending_of(self, t: torch.Tensor) -> PendingStats | None:
         """The statistics of `t`'s described state where they are still pending on its device."""
         entry = self.entries.get(id(t))
         return entry[5] if entry is not None and isinstance(entry[5], PendingStats) else None
@@ -361,7 +367,7 @@ class TensorRegistry:
         c, dropped = self.rows.columns, self.rows.dropped
         for row, stats in self.pending:
             if stats.device is not None:  # not resolved yet (a state's stats may fill several rows)
-                stats.resolve(fetched.get(stats.device))
+                stats.resolve(fetched.get(stats.device, []))  # none for a device whose states are all batched
             index = row - dropped
             if index < 0:  # its row was discarded (a failed flush drops what it buffered)
                 continue

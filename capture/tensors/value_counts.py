@@ -21,7 +21,7 @@ SMALL_TENSOR = 256
 try:  # numpy counts a bool array's ones faster than torch's CPU count_nonzero counts them
     import numpy
 except ImportError:  # capture needs only torch; without numpy the torch kernels do the same job
-    numpy = None
+    numpy = None  # type: ignore[assignment]  # the optional import's fallback
 
 
 def _count_true(mask: torch.Tensor) -> int:

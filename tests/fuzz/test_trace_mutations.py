@@ -38,7 +38,7 @@ from spiketrace.analyze import TraceError, open_trace
 from spiketrace.analyze.counters import count
 from spiketrace.analyze.energy import energy
 from spiketrace.schemas import layout
-from tests.trace_surgery import recommit, rewrite_part
+from tests.trace_surgery import rewrite_part
 
 pytest.importorskip("spikingjelly")
 

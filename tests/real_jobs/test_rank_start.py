@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from spiketrace.analyze import open_trace
-
 from tests.real_jobs.tracefiles import manifests, reference_problems, run_job
 
 TRIALS = 20

@@ -7,9 +7,17 @@
     metrics.py     the six metrics of Benchmark.run() (`neurobench_metrics(trace)`)
 """
 
-from spiketrace.analyze.counters.neurobench.convention import (CONVENTIONS, COUNTERS, MissingStatisticsError, count,
-                                                               first_inputs, per_sample, sample_count, samples,
-                                                               summary)
+from spiketrace.analyze.counters.neurobench.convention import (
+                                                               CONVENTIONS,
+                                                               COUNTERS,
+                                                               MissingStatisticsError,
+                                                               count,
+                                                               first_inputs,
+                                                               per_sample,
+                                                               sample_count,
+                                                               samples,
+                                                               summary,
+)
 
 __all__ = ["CONVENTIONS", "COUNTERS", "MissingStatisticsError", "count", "first_inputs", "per_sample", "sample_count",
            "samples", "summary"]

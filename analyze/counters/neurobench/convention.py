@@ -37,8 +37,8 @@ import warnings
 
 import pandas as pd
 
-from spiketrace.analyze.counters.neurobench import cells as neurobench_cells
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze.counters.neurobench import cells as neurobench_cells
 from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.schemas.statistics import NEUROBENCH_ADDED_IN
 from spiketrace.schemas.version import parse_version
@@ -223,8 +223,9 @@ def sample_count(con, module_where: str = "true") -> tuple[int | None, list[str]
     input per recorder step and rank, summed (NeuroBench: `data[0].size(0)` of each batch,
     batch-first); None when some step has no such input. A note where dim 0 may not be the
     batch: the model has SpikingJelly multi-step modules ([T, B, ...]) and dims 0 and 1 differ."""
-    shapes = [shape for _, _, shape in first_inputs(con, module_where)]
-    if not shapes or any(not shape for shape in shapes):
+    found = [shape for _, _, shape in first_inputs(con, module_where)]
+    shapes = [shape for shape in found if shape]
+    if not found or len(shapes) != len(found):
         return None, []
     taken = sum(shape[0] for shape in shapes)
     multi_step = con.execute("""

@@ -52,27 +52,36 @@ def _conv(x: list[int], w: list[int], stride, padding, dilation) -> int | None:
     return batch * w[0] * w[1] * product
 
 
+def _operand(shapes: list[list[int] | None], position: int) -> list[int]:
+    """The shape of the operand at `position`; TypeError where it has none (total() leaves the
+    call out, unsized)."""
+    shape = shapes[position]
+    if shape is None:
+        raise TypeError(f"no tensor operand at position {position}")
+    return shape
+
+
 def dense(op: str, shapes: list[list[int] | None], args: str) -> int | None:
     """Dense operations of one synaptic op (`shapes`: its positional tensor arguments' shapes,
     `args`: its recorded arguments as JSON); None for one NeuroBench never meets in a layer
     (a transposed convolution)."""
     a = json.loads(args)
     if op in ("aten.mm.default", "aten.bmm.default"):
-        x, y = shapes[0], shapes[1]
+        x, y = _operand(shapes, 0), _operand(shapes, 1)
         return math.prod(x) * y[-1]
     if op in ("aten.addmm.default", "aten.baddbmm.default"):
-        x, y = shapes[1], shapes[2]
+        x, y = _operand(shapes, 1), _operand(shapes, 2)
         return math.prod(x) * y[-1]
     if op == "aten.linear.default":
-        return math.prod(shapes[0]) * shapes[1][0]
+        return math.prod(_operand(shapes, 0)) * _operand(shapes, 1)[0]
     if op == "aten.convolution.default":
         if a[6]:
             return None
-        return _conv(shapes[0], shapes[1], a[3], a[4], a[5])
+        return _conv(_operand(shapes, 0), _operand(shapes, 1), a[3], a[4], a[5])
     if op.startswith("aten.conv") and len(shapes) >= 2:
-        dims = len(shapes[1]) - 2
+        dims = len(_operand(shapes, 1)) - 2
         stride, padding, dilation = (a[3] if len(a) > 3 else 1), (a[4] if len(a) > 4 else 0), (a[5] if len(a) > 5 else 1)
-        return _conv(shapes[0], shapes[1], _per_dim(stride, dims), padding, _per_dim(dilation, dims))
+        return _conv(_operand(shapes, 0), _operand(shapes, 1), _per_dim(stride, dims), padding, _per_dim(dilation, dims))
     return None
 
 
@@ -96,7 +105,8 @@ def total(con, events: str) -> tuple[int, list[str]]:
     rows = con.execute(f"""
         SELECT op, shapes, positions, args, count(*) AS calls FROM ({geometry_sql(events)}) GROUP BY ALL
     """).fetchall()
-    value, unsized = 0, {}
+    value = 0
+    unsized: dict[str, int] = {}
     for op, shapes, positions, args, calls in rows:
         by_position = dict(zip(positions, shapes))
         operands = [by_position.get(i) for i in range(3)]

@@ -230,6 +230,7 @@ def _synaptic(trace, samples) -> tuple[dict, dict, list[str]]:
     totals = result.totals()
     counts = {"MAC": totals.get("mac", 0), "AC": totals.get("synop", 0), "total_synops": int(dense + cells),
               "total_samples": samples}
+    values: dict[str, float | None]
     if samples is None:
         values = {"Effective_MACs": None, "Effective_ACs": None, "Dense": None}
     elif samples == 0:

@@ -133,7 +133,7 @@ def _integer(key: str, value) -> int:
 def _breakpoints(tree: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
     """{"p0": {"capacity_bytes": 0, "pj_per_byte": 0}, ...} -> ((0.0, 0.0), ...) in key order p0, p1, ..."""
     if not isinstance(tree, Mapping):
-        raise ValueError("memory_breakpoints must be a table of points p0, p1, ...")
+        raise ValueError("memory_breakpoints must be a table of points p0, p1, ...")  # noqa: TRY004 - preset problems are ValueErrors (presets/loader.py)
     points = []
     for name in sorted(tree, key=lambda k: (len(k), k)):
         point = tree[name]

@@ -160,6 +160,7 @@ def qualia_layer_terms(layer, T: float) -> list[tuple[str, str, float, float | N
     dense = p * c_in * k if conv else c_in * c_out
     weights, bias = float(layer.weight_numel), (float(layer.bias_numel) if layer.has_bias else None)
     if not layer.step_module:  # a formal (ANN) layer: Qualia's _*_fnn formulas, once per inference
+        terms: list[tuple[str, str, float, float | None]]
         terms = [("ops", "mac", dense, None), ("ops", "add", q, None),
                  ("addr", "add", (n_in + p + c_out * k) if conv else c_in * c_out, None),
                  ("mem_weights", "read", dense, weights),

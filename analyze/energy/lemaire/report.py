@@ -156,6 +156,7 @@ QUALIA_BUFFER_OF = {"mem_io": "inout", "mem_weights": "params", "mem_bias": "par
 
 def _qualia_cost(activity: LemaireActivity, costs: LemaireCosts, strict: bool) -> LemaireReport:
     terms = activity.qualia_terms
+    assert terms is not None  # mapped for the qualia convention: cost() checked
     memory = terms["memory"].astype(float).fillna(float(costs.snn_fifo_capacity_elements)).to_numpy()
     per_op = {"add": costs.e_add_pj, "mac": costs.e_mul_pj + costs.e_add_pj, "mul": costs.e_mul_pj}
     unit = np.where(terms["kind"].isin(["read", "write"]), costs.e_ram_pj(memory),

@@ -139,7 +139,8 @@ SELECT rank, module_id, module, class_name, call_index, stage, step, role,
          ELSE list_concat([
             lemaire_access('read_in_bytes', CASE WHEN linear THEN x_numel ELSE dense END * {WORD_BYTES}, x_numel * {WORD_BYTES}),
             lemaire_access('read_params_bytes', dense * {WORD_BYTES} + bias_bytes, params_numel * {WORD_BYTES})],
-            CASE WHEN NOT $model_has_neurons THEN [lemaire_access('write_out_bytes', o_numel * {WORD_BYTES}, o_numel * {WORD_BYTES})]
+            CASE WHEN NOT $model_has_neurons
+                 THEN [lemaire_access('write_out_bytes', o_numel * {WORD_BYTES}, o_numel * {WORD_BYTES})]
                  ELSE [] END)
     END AS accesses
 FROM g WHERE NOT (role = 'neuron' AND o_numel IS NULL)  -- a neuron whose output is no tensor: 0

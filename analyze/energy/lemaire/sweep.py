@@ -16,7 +16,7 @@ The result equals report.py's cost() preset by preset (tests/test_recost_bulk.py
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

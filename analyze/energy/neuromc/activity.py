@@ -124,7 +124,8 @@ def _base_terms(f: pd.DataFrame, terms: _Terms) -> None:
     precision = {operand: f[f"{operand}_precision_bits"].to_numpy(np.int64) for operand in ("input", "weight", "output")}
     instance_of = {role: f["core_type"].map({core: names[i] for core, names in rules.BASE_INSTANCES.items()}).to_numpy()
                    for i, role in enumerate(rules.ROLES)}
-    for selected, table in ((mapped & ~weight_gradient, rules.STREAM_TERMS), (mapped & weight_gradient, rules.WEIGHT_GRADIENT_TERMS)):
+    for selected, table in ((mapped & ~weight_gradient, rules.STREAM_TERMS),
+                            (mapped & weight_gradient, rules.WEIGHT_GRADIENT_TERMS)):
         rows = np.flatnonzero(selected)
         for level, direction, role, count, operand, weight_load in table:
             terms.add(rows, "base", level, direction, instance_of[role][rows],
@@ -163,8 +164,8 @@ MEMORY_COLUMNS = ("kind", "component", "level", "direction", "instance", "bits",
 
 def memory_terms(f: pd.DataFrame) -> pd.DataFrame:
     """Long frame: kind (position in `f`, the kinds of fragment), component (base/extra), level,
-    direction, instance, bits (of one fragment part of that kind), weight_load. Terms of zero or negative bits are dropped, as SpikingJelly's
-    _accumulate_memory does."""
+    direction, instance, bits (of one fragment part of that kind), weight_load. Terms of zero or
+    negative bits are dropped, as SpikingJelly's _accumulate_memory does."""
     terms = _Terms()
     _base_terms(f, terms)
     _extra_terms(f, terms)

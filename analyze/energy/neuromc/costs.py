@@ -156,7 +156,7 @@ class Costs:
 
 def _spec(name: str, values: Any) -> MemoryInstanceSpec:
     if not isinstance(values, Mapping):
-        raise ValueError(f"memory_instances.{name} must be a table with {', '.join(_SPEC_KEYS)}")  # noqa: TRY004
+        raise ValueError(f"memory_instances.{name} must be a table with {', '.join(_SPEC_KEYS)}")  # noqa: TRY004 - preset problems are ValueErrors (presets/loader.py)
     for key in values:
         if key not in (*_SPEC_KEYS, "name"):
             raise ValueError(f"unknown key 'memory_instances.{name}.{key}' (known: {', '.join(_SPEC_KEYS)})")

@@ -74,7 +74,8 @@ WITH e AS MATERIALIZED (
            CASE WHEN e.recompute THEN 'forward' ELSE coalesce(e.phase, 'forward') END AS stage_phase,
            e.grad_enabled, e.args, json_array_length(e.args)::INTEGER AS n_args, s.module,
            coalesce(r.covered, false) AS covered, coalesce(r.in_layer, false) AS in_layer,
-           coalesce(r.ignored, false) AS ignored, coalesce(o.reuse_weights, false) AS reuse, coalesce(o.batch_norm_backward, true) AS bn_backward
+           coalesce(r.ignored, false) AS ignored, coalesce(o.reuse_weights, false) AS reuse,
+           coalesce(o.batch_norm_backward, true) AS bn_backward
     FROM events e {_ROLES_JOIN}
     LEFT JOIN stages o ON o.rank = e.rank AND o.stage_id = e.stage_id
     WHERE e.op IN {tuple(rules.FALLBACK_OPS)} AND coalesce(e.phase, '') <> 'optimizer'

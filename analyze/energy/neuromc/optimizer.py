@@ -64,7 +64,8 @@ def optimizer_fragments(trace, *, compat: bool) -> tuple[pd.DataFrame, pd.DataFr
     are SpikingJelly's messages for the SGD settings it refuses, other the class of the first
     optimizer it has no model for (None: none)."""
     rows = trace.sql(OPTIMIZER_SQL)
-    frames, uncosted, problems, other_class = [], [], set(), None
+    frames, uncosted, other_class = [], [], None
+    problems: set[str] = set()
     if not len(rows):
         return pd.DataFrame(), pd.DataFrame(), problems, other_class
     rows["kt"] = rows["numel"].where(rows["ndim"] <= 1, 0)

@@ -161,7 +161,7 @@ def map_part(trace, selection, spikingjelly: bool, ignore_names) -> Part:
     return part
 
 
-def added_uncosted(parts: list[Part], slot: str, extra: list[pd.DataFrame] = ()) -> pd.DataFrame:
+def added_uncosted(parts: list[Part], slot: str, extra: list[pd.DataFrame] | tuple[()] = ()) -> pd.DataFrame:
     """The rows of `slot` over every part (and `extra` ones), added per key: sums added,
     stages and modules joined, the first reason kept."""
     frames = [f for f in (*(p.uncosted.get(slot) for p in parts), *extra) if f is not None and len(f)]

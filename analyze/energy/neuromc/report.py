@@ -55,7 +55,7 @@ class Report:
     counts_by_process_key: dict[str, dict[str, int]] = field(default_factory=dict)
     # SpikingJelly's mapping_summary (one dict per fragment) is built when first read: on a
     # long trace it is the largest part of the report (see the mapping_summary property)
-    summary_source: tuple | None = field(default=None, repr=False, compare=False)
+    summary_source: tuple | list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
     model_info: dict[str, Any] | None = None
     memory_config: Costs | None = None
     energy_by_module: dict[str, float] = field(default_factory=dict)

@@ -17,8 +17,8 @@ milliseconds (benchmarks/recost_throughput.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Mapping
 
 import numpy as np
 import pandas as pd

@@ -10,9 +10,8 @@ instance; by default instances of the same name), keeping the base's `datawidth`
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from spiketrace.analyze.energy import Preset, PresetError, load_preset
 

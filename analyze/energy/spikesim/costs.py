@@ -116,7 +116,7 @@ class Costs:
         if self.activity_mode not in ("dense", "event"):
             raise ValueError(f"activity_mode must be 'dense' or 'event', got {self.activity_mode!r}")
         if not isinstance(self.require_if_lif_neurons, bool):
-            raise ValueError(f"require_if_lif_neurons must be true or false, got {self.require_if_lif_neurons!r}")
+            raise ValueError(f"require_if_lif_neurons must be true or false, got {self.require_if_lif_neurons!r}")  # noqa: TRY004 - preset problems are ValueErrors (presets/loader.py)
         for name in PJ_FIELDS:
             object.__setattr__(self, name, _number(name, getattr(self, name)))
 
@@ -127,7 +127,7 @@ class Costs:
         latency = values.pop("latency", {})
         for name, table in (("area", area), ("latency", latency)):
             if not isinstance(table, Mapping):
-                raise ValueError(f"{name} must be a table of parameters, got {table!r}")
+                raise ValueError(f"{name} must be a table of parameters, got {table!r}")  # noqa: TRY004 - preset problems are ValueErrors (presets/loader.py)
         unknown = sorted(set(values) - set(SPIKINGJELLY_FIELDS))
         if unknown:
             raise ValueError(f"unknown key {unknown[0]!r} for the spikesim model (known: {', '.join(PRESET_UNITS)})")

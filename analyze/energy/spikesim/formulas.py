@@ -95,7 +95,7 @@ def call_counts(calls: pd.DataFrame, b: int, event_calls: pd.DataFrame | None, e
     counts["patch_tiles"] = counts["dense_patch_tiles"]
     counts["rows"] = counts["dense_rows"]
     counts["output_tile_sites"] = counts["dense_output_tile_sites"]
-    if event_calls is not None and event.any():
+    if event_calls is not None and event_tiles is not None and event.any():  # (both None in dense mode)
         chosen = event_calls.loc[calls.index[event]]
         counts.loc[chosen.index, "patch_tiles"] = chosen["active_patch_tiles"]
         counts.loc[chosen.index, "output_tile_sites"] = out_tiles[chosen.index] * chosen["active_sites"]
@@ -179,7 +179,7 @@ def stage_tables(calls, counts, tiles, costs):
         first = group.iloc[0]
         c = counts.loc[group.index]
         uniform = group["in_channels"].nunique() == 1
-        by_tile = {}
+        by_tile: dict[str, list[int] | None] = {}
         for column in ("rows", "dense_rows"):
             if uniform:
                 by_tile[column] = [int(v) for v in tiles[tiles["call"].isin(group.index)].groupby("tile")[column].sum()]

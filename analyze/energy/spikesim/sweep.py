@@ -13,7 +13,7 @@ the counts themselves: recost costs those preset by preset.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -43,8 +43,10 @@ def linear_totals(activity: Activity, base: Costs, values: Mapping[str, np.ndarr
         report = cost(activity, costs, compat=compat)
         return {"energy_total_pj": report.energy_total_pj, **report.breakdown_pj}
 
-    rest = breakdown(dataclasses.replace(base, **{key: 0.0 for key in values}))
-    unit = {key: breakdown(dataclasses.replace(base, **{f: float(f == key) for f in PJ_FIELDS})) for key in values}
+    # (mypy checks a **dict against every field's type; these keys are the pJ fields, all floats)
+    rest = breakdown(dataclasses.replace(base, **{key: 0.0 for key in values}))  # type: ignore[arg-type]
+    unit = {key: breakdown(dataclasses.replace(base, **{f: float(f == key) for f in PJ_FIELDS}))  # type: ignore[arg-type]
+            for key in values}
     totals = {name: np.full(n, value, dtype=float) for name, value in rest.items()}
     for key, column in values.items():
         column = np.asarray(column, dtype=float)

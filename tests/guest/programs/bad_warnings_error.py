@@ -5,9 +5,9 @@ import warnings
 
 warnings.simplefilter("error")
 
-import torch  # noqa: E402
+import torch  # noqa: E402 - after the filter: the user's order, imports included
 
-from tests.guest.user import recording, report  # noqa: E402
+from tests.guest.user import recording, report  # noqa: E402 - likewise
 
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))

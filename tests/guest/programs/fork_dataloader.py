@@ -39,7 +39,7 @@ loader = DataLoader(Waves(), batch_size=4, num_workers=2, multiprocessing_contex
 
 outputs = []
 with recording(model=net, flush_events=64) as rec:
-    for epoch in range(2):
+    for _epoch in range(2):
         with rec.stage("forward"):
             for batch in loader:
                 outputs.append(net(batch).sinh().sum(dim=1))

@@ -43,7 +43,7 @@ with recording(model=net, flush_events=64) as rec:
             os.close(read_end)
             os.write(write_end, repr(child_work(net, x)).encode())
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the forked child reports anything, then _exit()s
             traceback.print_exc()
         finally:
             os._exit(code)

@@ -25,7 +25,7 @@ net = nn.Sequential(
 functional.set_step_mode(net, "m")
 optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
 with Recorder(out_dir / "trace", model=net, optimizer=optimizer, flush_events=40) as recorder:
-    for step in range(STEPS):
+    for _step in range(STEPS):
         x = (torch.rand(3, 2, 1, 8, 8) < 0.4).float()
         optimizer.zero_grad()
         with recorder.stage("forward"):

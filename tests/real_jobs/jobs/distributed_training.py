@@ -41,8 +41,9 @@ def build(kind):
 
 
 def train(model, rank, recorder=None):
-    import torch
     from contextlib import nullcontext
+
+    import torch
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     stage = recorder.stage if recorder is not None else (lambda name: nullcontext())

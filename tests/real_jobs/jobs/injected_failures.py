@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import spiketrace.capture.ops.dispatch
 import spiketrace.capture.modules.catalog
+import spiketrace.capture.ops.dispatch
 import spiketrace.capture.ops.op_statistics
 import spiketrace.capture.ops.optimizers
 import spiketrace.capture.tensors.registry

@@ -12,8 +12,8 @@ OUT_DIR/result.json.
 
 import copy
 import json
-from contextlib import nullcontext
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
