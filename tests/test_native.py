@@ -369,6 +369,24 @@ def _run_large(path, slow: str, monkeypatch) -> dict:
     return {"tables": tables, "recorded": recorded, "out_stats": out_stats, "outputs": outputs}
 
 
+def _ops_a_mode_sees(run) -> list[str]:
+    """The ops a plain dispatch mode is handed while `run()` runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        run()
+    return seen.ops
+
+
 def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_record_does(tmp_path, monkeypatch):
     if not spiketrace.capture.native.AVAILABLE:
         pytest.skip("no compiled path in this install")
@@ -377,7 +395,12 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     for table, frame in native["tables"].items():
         pd.testing.assert_frame_equal(frame, python["tables"][table], obj=table)
     # Every output's statistics, read from the trace, are its values' own (counted here in Python).
+    # torch 2.8 and older hand a dispatch mode x.detach() twice (the view made again from its
+    # base after the op: docs/design.md, "torch versions"), newer torch once: an event each.
+    one = torch.ones(2)
+    detaches = _ops_a_mode_sees(one.detach).count("aten.detach.default")
     expected = [list(python_stats(t)) for t in native["outputs"]]
+    expected[2:3] = expected[2:3] * detaches  # x.detach() is the third of _large_ops
     assert len(native["out_stats"]) == 1 + len(expected) and native["out_stats"][1:] == expected  # after zeros_like
     # The compiled path took: the views and clone (their first operand's statistics), the
     # nine ops whose rule it applies itself (x * 1.0, x + 0, x - 0.0, x / 1, x + zeros,
@@ -388,7 +411,7 @@ def test_the_compiled_record_takes_the_statistics_a_rule_gives_as_the_python_rec
     # keywords hold no tensor). To Python went spikes * 0.5 and spikes * 3:
     # their rule rounds the product in the dtype (capture/tensors/propagation.py _unit_product),
     # which the C code leaves to it.
-    assert python["recorded"] == 0 and native["recorded"] == 5 + 9 + 1 + 2 + 10 + 3 + 3 + 1
+    assert python["recorded"] == 0 and native["recorded"] == 5 + (detaches - 1) + 9 + 1 + 2 + 10 + 3 + 3 + 1
     kwargs = native["tables"]["events"].set_index("op")["kwargs"]
     assert set(kwargs.loc[["aten.add.Tensor"]]) == {"{}", '{"alpha":2}', '{"alpha":2.0}'}
     assert set(kwargs.loc[["aten._to_copy.default"]]) == {'{"dtype":{"$dtype":"float64"}}'}

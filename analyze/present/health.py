@@ -5,7 +5,9 @@ failures per rank (site, what, error, count, first_seq); `compiled`, torch.compi
 capturing (the trace is the eager graph); `tracker_underflows`, where SpikingJelly 2.0.0's
 ActiveModuleTracker would have aborted the run and the capture went on; `unrecorded_threads`
 (only when there were some), Python threads the capture could not reach that ran while it was
-open (capture/session/threads.py), whose torch ops, if they ran any, are in no table.
+open (capture/session/threads.py), whose torch ops, if they ran any, are in no table;
+`torch_limitations` (only when there is some), what an older torch could not tell the capture
+(capture/modules/tracker.py: keyword inputs of module calls, checkpoint recomputation).
 
 A degraded trace is readable and consistent, but its numbers miss the work the capture
 failed to record, so every command that prints numbers says so first, on stderr (stdout stays
@@ -90,12 +92,19 @@ def unrecorded_threads_line(health: dict) -> str | None:
             f"({_thread_names(entries)}: {why}); any torch ops they ran are missing from the trace")
 
 
+def torch_limitations_line(health: dict) -> str | None:
+    """What the capture's torch could not tell (an older torch lacks an API the capture uses;
+    every op is recorded all the same): its notes, or None."""
+    notes = [str(entry.get("note")) for entry in health.get("torch_limitations") or []]
+    return "; ".join(notes) if notes else None
+
+
 def health_lines(health: dict) -> list[str]:
     """What to say before the numbers, most serious first: the DEGRADED line as it is, the
     others as `warning: ...`."""
     lines = [degraded_line(health)]
     lines += [f"warning: {line}" for line in (compiled_line(health), underflow_line(health),
-                                              unrecorded_threads_line(health)) if line]
+                                              unrecorded_threads_line(health), torch_limitations_line(health)) if line]
     return [line for line in lines if line]
 
 
@@ -126,7 +135,8 @@ def health_findings(health: dict) -> list[dict]:
     found = []
     for headline, line in (("capture degraded", degraded_line(health)), ("compiled", compiled_line(health)),
                            ("tracker underflow", underflow_line(health)),
-                           ("threads not recorded", unrecorded_threads_line(health))):
+                           ("threads not recorded", unrecorded_threads_line(health)),
+                           ("torch limitations", torch_limitations_line(health))):
         if line:
             found.append({"headline": headline, "detail": line.removeprefix("DEGRADED: "), "warn": True})
     return found

@@ -66,6 +66,7 @@ class Manifest(BaseModel):
     compiled_seen: list[str] = []
     tracker_underflows: list[dict[str, Any]] = []
     unrecorded_threads: list[dict[str, Any]] = []  # threads the capture could not reach that ran
+    torch_limitations: list[dict[str, Any]] = []  # what the capture's torch could not tell it
     forked_children: int = Field(default=0, ge=0, le=MAX_COUNT)  # processes forked while capturing
 
 

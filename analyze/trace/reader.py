@@ -20,8 +20,11 @@ import functools
 import os
 import shutil
 import tempfile
+import types
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -62,7 +65,8 @@ class TraceChangedError(TraceError):
 
 # How traces are opened where the caller does not say: the CLI's --run and --no-verify set it
 # for every trace a command opens (analyses, reports and diffs open theirs deep inside).
-_OPEN_DEFAULTS: contextvars.ContextVar[dict] = contextvars.ContextVar("spiketrace_open_defaults", default={})
+_OPEN_DEFAULTS: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "spiketrace_open_defaults", default=types.MappingProxyType({}))
 
 
 @contextlib.contextmanager
@@ -225,8 +229,8 @@ class Trace:
     def summary(self) -> dict:
         """What `spiketrace info` shows: manifest facts and headline counts (JSON-ready)."""
         statuses = {rank: m.get("status") for rank, m in self.manifests.items()}
-        started = [m.get("started_at") for m in self.manifests.values()]
-        ended = [m.get("ended_at") for m in self.manifests.values()]
+        started: list[Any] = [m.get("started_at") for m in self.manifests.values()]  # ISO times, or None
+        ended: list[Any] = [m.get("ended_at") for m in self.manifests.values()]
         counts = self.con.execute(
             "SELECT (SELECT count(DISTINCT op) FROM events), "
             "(SELECT count(*) FROM stages), "
@@ -260,8 +264,9 @@ class Trace:
 
     def health(self) -> dict:
         """What the capture itself reported: its own failures (`degraded`, per rank), torch.compile
-        seen while capturing, SpikingJelly tracker underflows it survived, and threads it could
-        not reach that ran meanwhile (`unrecorded_threads`, only when there were some) (JSON-ready)."""
+        seen while capturing, SpikingJelly tracker underflows it survived, threads it could
+        not reach that ran meanwhile (`unrecorded_threads`, only when there were some) and what
+        its torch could not tell (`torch_limitations`, only when there was some) (JSON-ready)."""
         degraded = {
             str(rank): list(m.get("degraded") or []) for rank, m in sorted(self.manifests.items()) if m.get("degraded")
         }
@@ -272,12 +277,17 @@ class Trace:
         # traces, and every trace captured before threads were watched) all have the same keys.
         unrecorded = [{"rank": rank, **entry} for rank, m in sorted(self.manifests.items())
                       for entry in m.get("unrecorded_threads") or [] if isinstance(entry, dict)]
+        # What the capture's torch could not tell (capture/modules/tracker.py), once however
+        # many ranks say it; a key only when there is some, as for unrecorded threads.
+        limitations = list({(str(e.get("feature")), str(e.get("note"))): e for m in self.manifests.values()
+                            for e in m.get("torch_limitations") or [] if isinstance(e, dict)}.values())
         return {
             "degraded": degraded,
             "compiled": any(bool(m.get("compiled")) for m in self.manifests.values()),
             "compiled_seen": compiled_seen,
             "tracker_underflows": underflows,
             **({"unrecorded_threads": unrecorded} if unrecorded else {}),
+            **({"torch_limitations": limitations} if limitations else {}),
         }
 
     def op_counts(self) -> pd.DataFrame:

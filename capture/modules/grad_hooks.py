@@ -1,25 +1,27 @@
-"""Gradient hooks and call depth for the module tracker (ScopeTracker).
+"""Gradient hooks, call depth and forward hook options for the module tracker (ScopeTracker).
 
 `multi_grad_hook` is torch's register_multi_grad_hook ("all" mode) that never raises into the
 user's torch.autograd.grad; `will_execute` asks the engine whether a node runs, answering None
 where torch's own check would raise. `deeper_recursion` makes room for the frame torch's hooked
 module call adds a nesting level. `user_functions_off` keeps a tensor subclass's
 __torch_function__ (a user's logging or tracking subclass) from seeing the capture's own
-attribute reads and hook registrations, so its log is the plain run's.
+attribute reads and hook registrations, so its log is the plain run's. `forward_hook_options`
+says which options of the global forward hook this torch takes.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 try:  # the node a tensor's grad goes through (private to torch; register_multi_grad_hook's own)
     from torch.autograd.graph import _get_grad_fn_or_grad_acc
 except ImportError:  # a torch without it: every node counts as run
-    _get_grad_fn_or_grad_acc = None
+    _get_grad_fn_or_grad_acc = None  # type: ignore[assignment]  # the optional import's fallback
 
 # Inside it a subclass's attribute reads and methods skip its __torch_function__; the ops the
 # capture runs still reach the dispatch modes (they are recorded as SpikingJelly records them).
@@ -107,3 +109,22 @@ def multi_grad_hook(tensors: list[torch.Tensor], fn: Callable[[list], None]) -> 
         return inner_hook
 
     return _Handles(tuple(t.register_hook(hook_of(i)) for i, t in enumerate(tensors)))
+
+
+# The global forward hook's options, and what the trace cannot tell where a torch's hook lacks
+# one (torch 2.4's has no with_kwargs: _fw_post_hook then gets no kwargs, as on always_call).
+FORWARD_HOOK_LIMITS = {
+    "with_kwargs": ("module calls' keyword tensor inputs are not recorded on torch {torch} "
+                    "(module_events.kwarg_inputs is empty): its global forward hook takes no with_kwargs"),
+    "always_call": ("a module forward that raises (checkpointing's early stop among them) does not leave the "
+                    "module's scope on torch {torch}: its global forward hook takes no always_call"),
+}
+
+
+def forward_hook_options(register: Callable) -> dict[str, bool]:
+    """The FORWARD_HOOK_LIMITS options `register` (register_module_forward_hook) takes, all on."""
+    try:
+        accepted = set(inspect.signature(register).parameters)
+    except (TypeError, ValueError):  # a signature Python cannot read: the plain hook
+        accepted = set()
+    return {option: True for option in FORWARD_HOOK_LIMITS if option in accepted}

@@ -37,7 +37,9 @@ The forward-post hook is registered with `always_call`, so a recomputation that 
 early (non-reentrant checkpointing raises inside the forward) still leaves the module. A
 non-reentrant recomputation's outputs are detached into the original graph, so no backward
 hooks are registered for them (they would never fire); a reentrant one runs a backward of
-its own, whose hooks are registered as in forward.
+its own, whose hooks are registered as in forward. How a recomputation is told apart depends
+on the torch (capture/modules/recomputation.py); what an older torch's hooks cannot tell is
+listed in `torch_limitations`, which the Recorder writes into the manifest.
 
 `pause()` and `resume()` take the global module hooks out of torch and put them back
 (between steps a schedule does not record), keeping the scope state.
@@ -45,16 +47,25 @@ its own, whose hooks are registered as in forward.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from spiketrace.capture.modules import recomputation
 from spiketrace.capture.modules.grad_hooks import (
-    _get_grad_fn_or_grad_acc, deeper_recursion, multi_grad_hook, restore_recursion, user_functions_off, will_execute,
+    FORWARD_HOOK_LIMITS,
+    _get_grad_fn_or_grad_acc,
+    deeper_recursion,
+    forward_hook_options,
+    multi_grad_hook,
+    restore_recursion,
+    user_functions_off,
+    will_execute,
 )
+from spiketrace.capture.modules.recomputation import in_backward
 
 # A module's one input or output tensor is held by its own tensor hook, not torch's multi-grad
 # hook (ScopeTracker._hold); tests turn this off to compare the two.
@@ -92,29 +103,6 @@ def _ignore_failure(site: str, what: str, exc: BaseException) -> None:
     pass
 
 
-def in_backward() -> bool:
-    return torch._C._current_graph_task_id() != -1
-
-
-def in_nonreentrant_recomputation() -> bool:
-    """torch.utils.checkpoint (use_reentrant=False) is recomputing: its saved-tensor hooks are on top."""
-    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
-    return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith("_recomputation_hook")
-
-
-def in_recomputation(grad_enabled: bool) -> bool:
-    """An op dispatched during backward belongs to a checkpoint recomputation: under a
-    non-reentrant one's saved-tensor hooks (its own bookkeeping detaches included), or inside
-    a reentrant one's CheckpointFunctionBackward with grad enabled (its nested backward runs
-    with grad disabled and is real backward work)."""
-    if in_nonreentrant_recomputation():
-        return True
-    if not grad_enabled:
-        return False
-    node = torch._C._current_autograd_node()
-    return node is not None and type(node).__name__ == "CheckpointFunctionBackward"
-
-
 HELD_HOOKS = 20_000  # fired hooks are released early once a run without steps holds this many
 
 
@@ -150,6 +138,12 @@ class ScopeTracker(ModuleTracker):
         self._interrupted: tuple[set, set] | None = None
         self._handles: tuple = ()
         self._recursion_limits = (0, 0)  # deeper_recursion()'s, while the hooks are in
+        # What this torch offers (feature detection), and what the trace cannot tell without it.
+        self._forward_hook_options = options = forward_hook_options(register_module_forward_hook)
+        self.torch_limitations = [{"feature": f"forward hook {option}", "note": note.format(torch=torch.__version__)}
+                                  for option, note in FORWARD_HOOK_LIMITS.items() if option not in options]
+        not_told = recomputation.detect()
+        self.torch_limitations += [{"feature": "recomputation", "note": not_told}] if not_told else []
 
     # -- hooks held and released ------------------------------------------------------------
     @property
@@ -157,7 +151,7 @@ class ScopeTracker(ModuleTracker):
         return len(self._step_hooks) + len(self._waiting_hooks)
 
     def _hold(self, tensors: list[torch.Tensor], body: Callable[[list], None], name: str) -> None:
-        entry = [None, False]
+        entry: list = [None, False]  # [handle, fired]
         if len(tensors) == 1 and SINGLE_TENSOR_HOOKS:
             owner = self._open_hook(tensors[0]) if MERGED_HOLDS else None
             if owner is not None:
@@ -202,7 +196,7 @@ class ScopeTracker(ModuleTracker):
                         self.on_failure("grad_hook", name, exc)
 
         handle = tensor.register_hook(single_grad_hook)
-        single_grad_hook.spiketrace_owner = (self, self._steps_ended, bundle, handle)
+        single_grad_hook.spiketrace_owner = (self, self._steps_ended, bundle, handle)  # type: ignore[attr-defined]  # read by _open_hook
         return handle
 
     def _open_hook(self, tensor: torch.Tensor) -> tuple | None:
@@ -330,7 +324,7 @@ class ScopeTracker(ModuleTracker):
         self._open_calls.setdefault(module, []).append(call)
         self._inputs_require_grad.setdefault(module, []).append(bool(grad_inputs))
         self.on_event("forward_pre", module, name, tensors, [], bool(grad_inputs), call)
-        if grad_inputs and not (recomputing and in_nonreentrant_recomputation()):
+        if grad_inputs and not (recomputing and recomputation.in_nonreentrant_recomputation()):
 
             def inputs_grads_ready(grads) -> None:
                 self._exit(module, name)
@@ -349,7 +343,7 @@ class ScopeTracker(ModuleTracker):
         try:
             self.on_event("forward_post", module, name, outputs, _tensors(kwargs), inputs_require_grad, call)
             grad_outputs = [t for t in outputs if t.requires_grad]
-            if grad_outputs and not (self.recompute_depth and in_nonreentrant_recomputation()):
+            if grad_outputs and not (self.recompute_depth and recomputation.in_nonreentrant_recomputation()):
 
                 def output_grads_ready(grads) -> None:
                     self._enter(module, name, True)
@@ -370,7 +364,7 @@ class ScopeTracker(ModuleTracker):
         if not self._handles:
             self._handles = (
                 register_module_forward_pre_hook(self._fw_pre_hook),
-                register_module_forward_hook(self._fw_post_hook, with_kwargs=True, always_call=True),
+                register_module_forward_hook(self._fw_post_hook, **self._forward_hook_options),
             )
             self._recursion_limits = deeper_recursion()
 

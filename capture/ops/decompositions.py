@@ -33,11 +33,18 @@ _decompositions: dict = {}
 _COMPOSITE = "composite"
 
 
+# Where the dispatcher says a kernel was registered, for one registered from Python: its Python
+# file, or "/dev/null:<line>" in torch 2.8 and older, whose Python registrations name no file. A
+# C++ kernel names its .cpp file.
+PYTHON_REGISTRATIONS = (".py:", "/dev/null:")
+
+
 def _python_autograd_kernel(name: str) -> bool:
     """The op's autograd kernel is Python code (a composite in disguise, or a custom_op's
     autograd wrapper that redispatches below autograd), not a C++ autograd function."""
     for line in torch._C._dispatch_dump(name).splitlines():
-        if line.startswith(("AutogradCPU:", "AutogradCUDA:", "Autograd[alias]:")) and ".py:" in line:
+        if line.startswith(("AutogradCPU:", "AutogradCUDA:", "Autograd[alias]:")) and \
+                any(where in line for where in PYTHON_REGISTRATIONS):
             return True
     return False
 

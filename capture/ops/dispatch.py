@@ -22,28 +22,21 @@ from torch.overrides import resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spiketrace.capture import native
-from spiketrace.capture.ops.arguments import encode_call
 from spiketrace.capture.context import RecordingContext
-from spiketrace.capture.ops.native_record import compiled_propagation, native_op_recorder
-from spiketrace.capture.ops.scalar_rows import OpScalars
-from spiketrace.capture.tensors.registry import excluded_from_modes
-from spiketrace.capture.tensors.value_counts import SMALL_TENSOR
-from spiketrace.capture.tensors.propagation import PROPAGATION, propagated
+from spiketrace.capture.modules.recomputation import in_recomputation
+from spiketrace.capture.ops.arguments import encode_call
 from spiketrace.capture.ops.collectives import COLLECTIVES, collective_outputs, collective_row
 from spiketrace.capture.ops.decompositions import decomposition_plan, may_decompose, run_decomposed
-from spiketrace.capture.modules.tracker import in_recomputation
+from spiketrace.capture.ops.dynamo_frames import set_eval_frame, skip_code
+from spiketrace.capture.ops.native_record import compiled_propagation, native_op_recorder
+from spiketrace.capture.ops.scalar_rows import OpScalars
+from spiketrace.capture.store.table_buffer import BUFFER_GROUPS, BUFFER_RUNS
+from spiketrace.capture.tensors.propagation import PROPAGATION, propagated
+from spiketrace.capture.tensors.registry import excluded_from_modes
+from spiketrace.capture.tensors.value_counts import SMALL_TENSOR
 from spiketrace.schemas.statistics import OP_STATISTICS
 from spiketrace.schemas.statistics_levels import SYNAPTIC_LEVEL_OPERANDS
-from spiketrace.capture.store.table_buffer import BUFFER_GROUPS, BUFFER_RUNS
 from spiketrace.schemas.tables import TABLES
-
-try:  # TorchDynamo's frame switches, in torch's C module (importing them imports no torch._dynamo)
-    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy, set_eval_frame
-
-    _SKIP_FRAME = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT)
-    set_code_exec_strategy((lambda: None).__code__, _SKIP_FRAME)  # they work as RecordingMode uses them
-except Exception:  # noqa: BLE001 - a torch without them, or with others: torch's own wrapper keeps Dynamo out
-    set_eval_frame = None
 
 _op_names: dict = {}
 _NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (a collective's buffers)
@@ -115,10 +108,11 @@ class RecordingMode(TorchDispatchMode):
         # import check and four eval-frame switches, a real share of a small op's cost. The
         # same effect, cheaper: the handler's code is marked
         # skip for Dynamo once (below the class) and it turns the eval-frame callback off
-        # while it runs, as the wrapper does. A torch without these switches keeps the wrapper.
+        # while it runs, as the wrapper does (capture/ops/dynamo_frames.py). A torch without
+        # these switches keeps the wrapper.
         return set_eval_frame is None
 
-    def __init__(self, context: RecordingContext, ops: "OpLog") -> None:
+    def __init__(self, context: RecordingContext, ops: OpLog) -> None:
         super().__init__()
         self.context = context
         self.ops = ops
@@ -127,7 +121,7 @@ class RecordingMode(TorchDispatchMode):
             # The compiled handler (capture/native/record/dispatch.c) takes the calls of ops with a
             # compiled plan (OpLog.compiled) and hands the rest to this class's handler. As an
             # instance attribute it is what torch calls; its __self__ is this mode.
-            self.__torch_dispatch__ = native._native.DispatchHandler(
+            self.__torch_dispatch__ = native._native.DispatchHandler(  # type: ignore[method-assign]  # an instance's own handler
                 mode=self, recorder=ops.native, compiled=ops.compiled, context=context, lock=context.lock,
                 set_eval_frame=set_eval_frame, in_python=type(self).__torch_dispatch__.__get__(self, type(self)),
                 take_scalars=ops.scalars.take, record_in_python=ops.record_in_python, report=self._record_failed)
@@ -176,8 +170,8 @@ class RecordingMode(TorchDispatchMode):
             return None
 
 
-if set_eval_frame is not None:  # Dynamo skips the handler's own frame (torch._dynamo.eval_frame.skip_code)
-    set_code_exec_strategy(RecordingMode.__torch_dispatch__.__code__, _SKIP_FRAME)
+if skip_code is not None:  # Dynamo skips the handler's own frame (torch._dynamo.eval_frame.skip_code)
+    skip_code(RecordingMode.__torch_dispatch__.__code__)
 
 
 class OpPlan:
@@ -334,10 +328,15 @@ class OpLog:
         lengths = (len(self._use_ids), len(self._runs.run_lengths), len(self._event_seqs))
         try:  # the op's rows: appends of values computed above, all of them or none
             for (_, slot), tensor_id in zip(tensors, ids):
-                u[0](slot); u[1](tensor_id)
+                u[0](slot)
+                u[1](tensor_id)
             if tensors:  # the rows' seq and count (their k: 0, 1, ... in this order)
-                self._run_appends[0](seq); self._run_appends[1](len(tensors))
-            e[0](seq); e[1](call); e[2](self._stage); e[3](self._where)
+                self._run_appends[0](seq)
+                self._run_appends[1](len(tensors))
+            e[0](seq)
+            e[1](call)
+            e[2](self._stage)
+            e[3](self._where)
         except BaseException:
             self._truncate(*lengths)
             raise
@@ -366,4 +365,5 @@ class OpLog:
         except Exception as exc:  # noqa: BLE001 - the event stays; its collectives row is lost
             self.context.report_failure("statistics", f"collective of {name}", exc, seq)
             return
-        self.context.writer.tables["collectives"].append(seq=seq, **row)
+        if row is not None:  # always, for an op planned as a collective
+            self.context.writer.tables["collectives"].append(seq=seq, **row)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from spiketrace.capture.ops import arguments
 from spiketrace.capture import native
+from spiketrace.capture.modules import recomputation
+from spiketrace.capture.ops import arguments
 from spiketrace.capture.tensors import registry as tensors
-from spiketrace.capture.modules import tracker
 from spiketrace.capture.tensors.propagation import binary_cast, concatenated, negated, one_minus_binary, same_elements
 
 _native = native._native
@@ -115,7 +115,7 @@ def native_op_recorder(context, calls: dict, wheres: dict, event_appends, use_ap
         skipped=tensors._SKIPPED, calls=calls, wheres=wheres,
         tensor_type=torch.Tensor, parameter_type=torch.nn.Parameter, strided=torch.strided,
         bit_formats=dict(native.BIT_FORMATS), is_grad_enabled=torch.is_grad_enabled,
-        graph_task_id=torch._C._current_graph_task_id, in_recomputation=tracker.in_recomputation,
+        graph_task_id=torch._C._current_graph_task_id, in_recomputation=recomputation.in_recomputation,
         dispatch_depth=torch._C._len_torch_dispatch_stack, thread_index=context.thread_index,
         scope_id=context.scope_id, storage_pointer=tensors.storage_pointer,
         level=_native.LEVELS.index(context.value_statistics),

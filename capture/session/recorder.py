@@ -42,33 +42,33 @@ import os
 import platform
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from spiketrace.capture.session.compiled import CompileWatch
+from spiketrace.capture import native
 from spiketrace.capture.context import RecordingContext, Stage
-from spiketrace.capture.ops.dispatch import OpLog, RecordingMode
 from spiketrace.capture.modules.catalog import ModuleCatalog
 from spiketrace.capture.modules.module_events import ModuleEventLog
-from spiketrace.capture.session.process_facts import device_of, rank_and_world
+from spiketrace.capture.modules.tracker import ScopeTracker
+from spiketrace.capture.ops.dispatch import OpLog, RecordingMode
 from spiketrace.capture.ops.optimizers import OptimizerLog
+from spiketrace.capture.session import forks
+from spiketrace.capture.session.compiled import CompileWatch
+from spiketrace.capture.session.fast_paths import enabled_fast_paths
+from spiketrace.capture.session.process_facts import device_of, rank_and_world
 from spiketrace.capture.session.schedules import NONE, RECORD_AND_SAVE, RECORDED, describe, schedule, step_action
 from spiketrace.capture.session.stages import PHASES, RecorderError, StageBook, infer_phase, write_marker
-from spiketrace.capture import native
-from spiketrace.capture.session import forks
-from spiketrace.capture.session.fast_paths import enabled_fast_paths
-from spiketrace.capture.tensors.registry import TensorRegistry
 from spiketrace.capture.session.threads import ThreadHook
-from spiketrace.schemas.statistics_levels import level_of
-from spiketrace.capture.modules.tracker import ScopeTracker
 from spiketrace.capture.store.writer import TraceWriter
+from spiketrace.capture.tensors.registry import TensorRegistry
+from spiketrace.schemas.statistics_levels import level_of
 
 __all__ = ["PHASES", "Recorder", "RecorderError", "infer_phase", "schedule"]
 
-_BOUND_MODELS: "weakref.WeakKeyDictionary[torch.nn.Module, Recorder]" = weakref.WeakKeyDictionary()
+_BOUND_MODELS: weakref.WeakKeyDictionary[torch.nn.Module, Recorder] = weakref.WeakKeyDictionary()
 
 
 class Recorder:
@@ -150,7 +150,7 @@ class Recorder:
         return None if self.context is None else self.context.lock
 
     # -- context ------------------------------------------------------------------------------
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         if self.active:
             raise RecorderError("this Recorder is already open; a Recorder records one trace")
         if self.model is not None:
@@ -205,7 +205,8 @@ class Recorder:
             self.compiled.model(self.model)
         self.catalog = ModuleCatalog(tables["modules"])
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
-        context = self.context = RecordingContext(
+        # _context is the same object, typed as built: every method below the properties runs after this
+        context = self.context = self._context = RecordingContext(
             self.writer, self.catalog, keep_binary_inputs=self.keep_binary_inputs,
             defer_statistics=self.defer_statistics, value_statistics=self.value_statistics,
             fast_paths=fast_paths,
@@ -222,7 +223,8 @@ class Recorder:
         self.module_events.native = self.ops.native  # a hook's row in compiled code too, where ops have it
         context.native_describe = self.ops.native.describe if self.ops.native is not None else None
         self.optimizer_log = OptimizerLog(context, tables["optimizer_steps"], parameter_names)
-        self.writer.before_flush += [self.registry.resolve_pending, self.ops.resolve_pending, self.catalog.write_rows, self._write_steps]
+        self.writer.before_flush += [self.registry.resolve_pending, self.ops.resolve_pending, self.catalog.write_rows,
+                                     self._write_steps]
         self.writer.on_failure.append(self._update_recording)  # a trace that cannot be written records nothing
         if self.model is not None:
             _BOUND_MODELS[self.model] = self
@@ -230,6 +232,7 @@ class Recorder:
             self._on_module_event, self._on_tracker_underflow,
             lambda site, what, exc: context.report_failure(site, what, exc, context.seq),
         )
+        self.writer.manifest["torch_limitations"] = self.tracker.torch_limitations  # what this torch cannot tell
         self.mode = RecordingMode(context, self.ops)
         # Threads started from now on record with a mode of their own.
         self.threads = ThreadHook(context, lambda: RecordingMode(context, self.ops), self.writer.manifest)
@@ -245,7 +248,7 @@ class Recorder:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.active = False
         forks.forget(self)
-        self.context.recording = False
+        self._context.recording = False
         try:
             if self._installed:
                 self.compiled.frames()
@@ -259,7 +262,7 @@ class Recorder:
                 del _BOUND_MODELS[self.model]
             if exc_type is not None:
                 self.writer.manifest["error"] = f"{exc_type.__name__}: {exc}"
-            with self.context.lock:  # a worker that saw `recording` on before it went off records after, not during
+            with self._context.lock:  # a worker that saw `recording` on before it went off records after, not during
                 self.writer.close("complete" if exc_type is None else "failed")  # never raises
             native.restore_scans(self._scans_before)
             self._scans_before = None
@@ -268,11 +271,11 @@ class Recorder:
             self.on_trace_ready(self.path)  # the user's callback: its errors are the user's
 
     def _write_steps(self, writer) -> None:
-        writer.manifest["steps_recorded"] = len(self.context.steps_recorded)
+        writer.manifest["steps_recorded"] = len(self._context.steps_recorded)
 
     # -- recording state ----------------------------------------------------------------------
     def _update_recording(self) -> None:
-        self.context.recording = (
+        self._context.recording = (
             self.active and not self._suspended and self._action in RECORDED and not self.writer.failed
         )
 
@@ -282,7 +285,7 @@ class Recorder:
         self._action = NONE  # the step running now is not recorded: its end flushes nothing
         self.schedule = forks.never  # nor is any later one: the mode leaves torch at the next step
         self._unreported = False  # no trace of this process to report to on_trace_ready
-        self.context.lock = threading.RLock()  # a lock another thread held at the fork stays held here
+        self._context.lock = threading.RLock()  # a lock another thread held at the fork stays held here
         self.tracker.pause()  # the module hooks out of torch
         self._update_recording()
 
@@ -314,11 +317,11 @@ class Recorder:
             raise RecorderError(f"step() called inside stage {self.current_stage.name!r}")
         self.tracker.end_step()
         ended = self._action
-        self.context.step_index += 1
-        self._action = step_action(self.schedule, self.context.step_index)
+        self._context.step_index += 1
+        self._action = step_action(self.schedule, self._context.step_index)
         if ended in RECORDED and (ended == RECORD_AND_SAVE or self._action not in RECORDED):
-            self.context.recording = False
-            with self.context.lock:  # a worker thread's record (ThreadHook) waits for the flush
+            self._context.recording = False
+            with self._context.lock:  # a worker thread's record (ThreadHook) waits for the flush
                 self.writer.flush()  # never raises
             if self.on_trace_ready is not None:
                 self._unreported = False
@@ -326,7 +329,7 @@ class Recorder:
         self._apply_action()
 
     @contextmanager
-    def suspend(self) -> Iterator["Recorder"]:
+    def suspend(self) -> Iterator[Recorder]:
         """Nothing is recorded inside (module scopes are still tracked, as SpikingJelly does)."""
         if not self.active:
             raise RecorderError("suspend() used outside the Recorder context")
@@ -345,7 +348,7 @@ class Recorder:
         phase: str | None = None,
         reuse_weights: bool | None = None,
         batch_norm_backward: bool | None = None,
-    ) -> Iterator["Recorder"]:
+    ) -> Iterator[Recorder]:
         if not self.active:
             raise RecorderError(f"stage({name!r}) used outside the Recorder context")
         if self.current_stage is not None:
@@ -353,19 +356,19 @@ class Recorder:
         stage = self._stages.open(name, phase, reuse_weights, batch_norm_backward)
         marked = self._action in RECORDED and not self.writer.failed  # markers for recorded steps only
         if marked:
-            write_marker(self.context, "begin", stage)
-        self.context.current_stage = stage
+            write_marker(self._context, "begin", stage)
+        self._context.current_stage = stage
         try:
             yield self
         finally:
-            self.context.current_stage = None
+            self._context.current_stage = None
             if marked:
-                write_marker(self.context, "end", stage)
+                write_marker(self._context, "end", stage)
 
     # -- module hooks and the tracker ----------------------------------------------------------------
     def _on_module_event(self, kind, module, tracker_name, tensors, kwarg_tensors, inputs_require_grad,
                          call_index: int) -> None:
-        context = self.context
+        context = self._context
         with context.lock:
             seq = context.seq  # the seq this record takes, if it gets as far
             try:
@@ -380,7 +383,7 @@ class Recorder:
     def _on_tracker_underflow(self, module, tracker_name: str) -> None:
         """Where SpikingJelly's tracker would raise and abort the run (ScopeTracker):
         the manifest's `tracker_underflows`, one entry per module."""
-        context = self.context
+        context = self._context
         try:
             module_id = context.catalog.module_id(module, tracker_name=tracker_name)
             entry = self._underflows.get(module_id)

@@ -49,12 +49,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from types import MethodType
 
 import torch
 
-from spiketrace.capture.ops import dispatch
+from spiketrace.capture.ops import dispatch, dynamo_frames
 
 MANIFEST_KEY = "unrecorded_threads"
 
@@ -114,7 +115,7 @@ class ThreadHook:
         self.modes: list = []  # the modes pushed, one per thread reached
         self.reached: set[int] = set()  # idents of the threads reached
         self.existing: dict[int, tuple] = {}  # ident -> (name, native_id, counters, code) at open
-        self._previous = None  # threading's profile hook before ours
+        self._previous: Callable[..., object] | None = None  # threading's profile hook before ours
         self._pid = os.getpid()
         self._opener = threading.get_ident()
         self._hook = self._started  # one bound method: threading.getprofile() is compared with it
@@ -123,7 +124,7 @@ class ThreadHook:
         self.existing = {}
         for t in _python_threads():
             code = thread_code(t)
-            if t.ident != self._opener and not is_service(code):
+            if t.ident is not None and t.ident != self._opener and not is_service(code):
                 self.existing[t.ident] = (t.name, t.native_id, _scheduled(t.native_id), code)
         # Until close says which of them ran: every thread alive now, as a manifest written
         # before then (a run killed meanwhile) may not claim more.
@@ -181,7 +182,7 @@ class ThreadHook:
     def _unrecorded(self) -> list[dict]:
         """Entries of the threads not reached that ran while open: alive before it opened, or
         started past the hook; a thread alive now that the kernel never saw run is left out."""
-        alive = {t.ident: t for t in _python_threads()}
+        alive = {t.ident: t for t in _python_threads() if t.ident is not None}
         found = []
         for ident, (_, native_id, before, _) in self.existing.items():
             if ident in self.reached:  # started just before open, its hook run after
@@ -230,6 +231,6 @@ def _leave_stack(mode, frame, event, arg) -> None:
         sys.setprofile(None)
 
 
-if dispatch.set_eval_frame is not None:  # TorchDynamo never traces them (as RecordingMode's handler)
+if dynamo_frames.skip_code is not None:  # TorchDynamo never traces them (as RecordingMode's handler)
     for _code in (_closed.__code__, _leave_stack.__code__):
-        dispatch.set_code_exec_strategy(_code, dispatch._SKIP_FRAME)
+        dynamo_frames.skip_code(_code)
