@@ -12,8 +12,9 @@ import tempfile
 from pathlib import Path
 
 from spiketrace.analyze import open_trace
-from spiketrace.analyze.present import plots
 from spiketrace.analyze.energy import recost
+from spiketrace.analyze.energy.comparison import compare
+from spiketrace.analyze.present import comparison, plots
 from spiketrace.capture.session.example import record_demo
 
 
@@ -31,6 +32,8 @@ def main(out: Path) -> None:
                 "sweep_curves": plots.sweep_curves(sweep, "e_mac_pj"),
                 "sweep_heatmap": plots.sweep_heatmap(sweep, "e_mac_pj", "e_memory_pj_per_byte"),
                 "compare": plots.compare(trace, trace, labels=("run A", "run B")),
+                # the demo's input is [T=4, B=8, ...]: 8 samples (NeuroBench's batch-first rule would take T)
+                "chips_and_paper": comparison.figure(compare(trace, samples=8, stage="forward")),
             }
             for name, figure in figures.items():
                 figure.set_dpi(80)

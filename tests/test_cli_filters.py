@@ -34,7 +34,8 @@ TRACE_COMMANDS = {
     "sql": ("table", "csv", "json", "parquet"),
     "collectives": ("table", "csv", "json", "parquet"),
     "counts": ("table", "csv", "json", "parquet"),
-    "energy": ("table", "csv", "json", "parquet"),
+    "energy": ("table", "csv", "json", "parquet", "markdown", "latex"),  # the last two: --model paper
+    "compare": ("table", "csv", "json", "markdown"),
     "diff": ("table", "csv", "json", "parquet"),
     "recost": None,
     "report": None,

@@ -35,6 +35,8 @@ COMMANDS = {
     "collectives": ("spiketrace.analyze.cli.trace_commands",
                     "Collective communication of TRACE (DDP, FSDP): calls and bytes per rank, stage and kind."),
     "compact": ("spiketrace.analyze.cli.maintenance", "Merge TRACE's small committed parts into few, atomically."),
+    "compare": ("spiketrace.analyze.cli.compare",
+                "Energy per sample of TRACE under chip presets and the paper convention, one row per preset."),
     "counts": ("spiketrace.analyze.cli.counts", "Count operations (FLOPs, MACs, ACs, ...) of TRACE by module, op or stage."),
     "demo": ("spiketrace.analyze.cli.demo", "Capture the built-in spiking MLP's training step into OUT and summarise it."),
     "diff": ("spiketrace.analyze.cli.report", "What changed from trace A to trace B; exit 1 when a --fail-if holds."),
@@ -47,10 +49,12 @@ COMMANDS = {
     "recost": ("spiketrace.analyze.cli.energy", "Cost TRACE under many presets or a sweep; the trace is mapped once."),
     "report": ("spiketrace.analyze.cli.report", "One self-contained HTML page: summary, caveats, breakdowns, plots."),
     "sql": ("spiketrace.analyze.cli.trace_commands", "Run a DuckDB query over TRACE's views (no query: open the shell)."),
-    "validate": ("spiketrace.analyze.cli.trace_commands", "Check TRACE deeply (counts, unique ids, references); exit 1 on problems."),
+    "validate": ("spiketrace.analyze.cli.trace_commands",
+                 "Check TRACE deeply (counts, unique ids, references); exit 1 on problems."),
     "views": ("spiketrace.analyze.cli.trace_commands", "List the named breakdown views every trace has."),
 }
-MODEL_NAMES = ("compute", "lemaire", "neuromc", "spikesim")  # spiketrace.analyze.energy.MODELS (a test keeps them equal)
+# spiketrace.analyze.energy.MODELS (a test keeps them equal)
+MODEL_NAMES = ("chip", "compute", "lemaire", "neuromc", "paper", "spikesim")
 
 
 class CommandUnavailable(RuntimeError):
@@ -109,7 +113,7 @@ class SpiketraceGroup(click.Group):
         except BrokenPipeError:  # `spiketrace ... | head`: the reader left, nothing to report
             sys.stderr.close()
             ctx.exit(0)
-        except Exception as exc:  # noqa: BLE001 - one line for users; --debug shows the traceback
+        except Exception as exc:  # one line for users; --debug shows the traceback
             if (ctx.obj or {}).get("debug"):
                 raise
             if isinstance(exc, _reported_errors()):  # a PresetError: one line per problem
@@ -248,6 +252,8 @@ FORMAT_HELP = {
     "csv": "CSV rows",
     "json": "JSON",
     "parquet": "a Parquet file (needs --out)",
+    "markdown": "a Markdown table (--model paper)",
+    "latex": "a LaTeX booktabs table (--model paper)",
 }
 
 

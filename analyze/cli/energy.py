@@ -13,10 +13,25 @@ import numpy as np
 import pandas as pd
 
 from spiketrace.analyze import energy as energy_models
+from spiketrace.analyze.cli.app import (
+    _table,
+    _warn,
+    emit_frame,
+    emit_text,
+    engine_options,
+    main,
+    model_option,
+    output_options,
+    recompute_option,
+    selected_traces,
+    selection_options,
+    trace_options,
+    warn_traces,
+    warnings_to_stderr,
+)
+from spiketrace.analyze.cli.chip import chip_options
+from spiketrace.analyze.cli.paper import paper_options
 from spiketrace.analyze.energy import list_presets, load_preset, read_preset_file
-from spiketrace.analyze.cli.app import (_table, _warn, emit_frame, emit_text, engine_options, main, model_option, output_options,
-                             recompute_option, selected_traces, selection_options, trace_options, warn_traces,
-                             warnings_to_stderr)
 from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import recompute_default, scope_label, selection_label, trace_phases
 from spiketrace.analyze.many.traces import find_traces
@@ -25,6 +40,7 @@ from spiketrace.analyze.present.energy_table import energy_text, energy_views, o
 from spiketrace.analyze.present.health import recompute_note
 from spiketrace.analyze.present.safe_text import json_text, safe_line
 from spiketrace.analyze.present.units import UNIT_CHOICES, format_energy
+from spiketrace.analyze.presets.provenance import provenance_line
 from spiketrace.analyze.results import Analysis
 from spiketrace.analyze.trace.facts import module_classes, recomputed_events
 
@@ -61,9 +77,11 @@ def _progress(items):
 @recompute_option()
 @click.option("--by", "view", help="Breakdown shown by the table: component, stage, module, ... (what the "
               "model reports; default: component, or the model's first), or trace: one row per trace.")
-@output_options("table", "csv", "json", "parquet")
+@output_options("table", "csv", "json", "parquet", "markdown", "latex")
 @click.option("--units", type=click.Choice(UNIT_CHOICES), default="auto", show_default=True,
               help="Energy unit of the table (auto: the largest that keeps values at least 1).")
+@chip_options
+@paper_options
 def energy(trace_paths, selection, model, preset, overrides, ignore_modules, compat, strict, recompute, view,
            output_format, out, units, execution):
     """Energy of TRACE under one preset, by component, stage or module.
@@ -73,6 +91,11 @@ def energy(trace_paths, selection, model, preset, overrides, ignore_modules, com
     Filters: --stage, --step, --rank select the work costed, --phase the stages of that phase;
     --module is refused (a model costs whole stages: --by module shows each module's energy).
     csv, json and parquet hold the report's rows (breakdown, key, pj, count, ...).
+    --model paper: the per-layer table papers report (--mode, --first-layer, --non-spike,
+    --matmul-rate, --samples; markdown and latex too; JSON: docs/paper_energy_json.md).
+    --model chip: a neuromorphic chip's events (--preset loihi-2018, truenorth-2014, ...;
+    --step-time 1ms charges static power; --host paper-fp32-45nm costs the host work; JSON:
+    docs/chip_energy_json.md).
 
     Several TRACEs, or a directory of trace directories, are added up; --by trace shows each
     (csv: each one's rows, with a trace column). --engine dask runs them on a Dask cluster, one
@@ -301,7 +324,7 @@ def list_command(output_format, out):
     shipped = list_presets()
     if output_format == "json":
         emit_text(json_text([{"name": p.name, "model": p.model, "description": p.description,
-                              "source": p.source} for p in shipped], indent=2), out)
+                              "source": p.source, "provenance": dict(p.provenance)} for p in shipped], indent=2), out)
         return
     frame = pd.DataFrame([(p.name, p.model, p.description) for p in shipped], columns=["name", "model", "description"])
     emit_text(_table(frame), out)
@@ -321,6 +344,8 @@ def show(name, overrides, output_format, out):
         return
     lines = [f"{safe_line(preset.name)} ({preset.model}): {safe_line(preset.description)}",
              f"source: {safe_line(preset.source)}"]
+    if preset.provenance:
+        lines.append(f"provenance: {safe_line(provenance_line(preset.provenance))}")
     lines += [safe_line(f"  {key} = {value} {preset.units.get(key, '')}".rstrip()) for key, value in preset.flat().items()]
     emit_text("\n".join(lines), out)
 

@@ -23,7 +23,8 @@ KINDS = ("energy", "stages", "spikes", "training", "roofline", "sweep", "sweep-h
               help="sweep, sweep-heatmap: a `spiketrace recost` result (.parquet or .csv).")
 @click.option("--x", "x_key", metavar="KEY", help="sweep, sweep-heatmap: the swept key on the x axis.")
 @click.option("--y", "y_key", metavar="KEY", help="sweep-heatmap: the swept key on the y axis.")
-@click.option("--other", type=click.Path(), help="compare: the second trace.")
+@click.option("--other", type=click.Path(), help="compare: the second trace (without it: the trace's energy per sample "
+              "under every chip preset of grade A or B and the paper convention, as `spiketrace compare --plot`).")
 @click.option("--peak-flops", type=float, help="roofline: peak FLOP/s of the target machine.")
 @click.option("--bandwidth", type=float, help="roofline: memory bandwidth in byte/s.")
 def plot(trace_path, kind, selection, out, model, preset, recost_path, x_key, y_key, other, peak_flops, bandwidth):
@@ -65,11 +66,28 @@ def plot(trace_path, kind, selection, out, model, preset, recost_path, x_key, y_
         elif kind == "roofline":
             figure = plots.roofline(analysis, peak_flops=peak_flops, bandwidth=bandwidth, selection=selection)
         else:
-            if not other:
-                raise click.UsageError("compare needs --other TRACE")
+            if not other:  # no second trace: the trace under the chips and the paper convention's presets
+                figure = _presets_figure(analysis, selection)
+                bar.step("saving")
+                click.echo(f"wrote {plots.save(figure, out)}")
+                return
             with Analysis(other) as second:
                 selection.check(analysis.trace, second.trace)
                 figure = plots.compare(analysis, second, model, preset, labels=(trace_path, other), selection=selection)
         bar.step("saving")
         written = plots.save(figure, out)
     click.echo(f"wrote {written}")
+
+
+def _presets_figure(analysis, selection):
+    """`plot TRACE compare` without --other: spiketrace.analyze.present.comparison.figure."""
+    from spiketrace.analyze.counters.neurobench.convention import MissingStatisticsError
+    from spiketrace.analyze.energy.comparison import compare
+    from spiketrace.analyze.present.comparison import figure
+
+    selection.check(analysis.trace)
+    try:
+        return figure(compare(analysis.trace, activity_of=lambda model, **o: analysis.activity(model, **o),
+                              **selection.energy_options(analysis.trace)))
+    except (MissingStatisticsError, ValueError) as problem:
+        raise click.UsageError(str(problem)) from None

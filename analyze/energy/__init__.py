@@ -24,18 +24,19 @@ import itertools
 import sys
 import types
 import warnings
+from collections.abc import Iterable, Mapping
 from importlib import import_module
 from importlib.util import find_spec
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from spiketrace.analyze.trace.statistics_level import require_level
-from spiketrace.analyze.presets import Preset, PresetError
-from spiketrace.analyze.trace import accepts_path
-from spiketrace.analyze.presets import loader as preset_loader
 from spiketrace.analyze.energy.scopes import SCOPES, default_model, scope_label, scope_warnings, selection_label
+from spiketrace.analyze.presets import Preset, PresetError
+from spiketrace.analyze.presets import loader as preset_loader
+from spiketrace.analyze.trace import accepts_path
+from spiketrace.analyze.trace.statistics_level import require_level
 
 # model -> module; a model whose module is absent is not offered.
 _CANDIDATES = {
@@ -43,6 +44,8 @@ _CANDIDATES = {
     "neuromc": "spiketrace.analyze.energy.neuromc",
     "lemaire": "spiketrace.analyze.energy.lemaire",
     "spikesim": "spiketrace.analyze.energy.spikesim",
+    "paper": "spiketrace.analyze.energy.paper",
+    "chip": "spiketrace.analyze.energy.chip",
 }
 MODELS = {name: path for name, path in _CANDIDATES.items() if find_spec(path) is not None}
 DEFAULT_PRESETS = {
@@ -50,6 +53,8 @@ DEFAULT_PRESETS = {
     "neuromc": "neuromc-like-v1",
     "lemaire": "lemaire-spikingjelly",
     "spikesim": "spikesim-rram-64",
+    "paper": "paper-fp32-45nm",
+    "chip": "loihi-2018",
 }
 
 __all__ = ["default_model", "energy", "list_presets", "load_preset", "map_activity", "MODELS",
@@ -130,8 +135,9 @@ def _label(key: str, value, unit: str | None) -> str:
 
 
 def model_of(trace, model: str | None = None, presets=(), base=None, sweep_keys=()) -> str:
-    """`model`; else the model of the preset named (base first); else the one model whose
-    presets have every swept key; else the trace's default."""
+    """`model`; else the model of the preset named (base first); else, when the trace's default
+    model lacks a swept key, the first model of MODELS whose presets have every swept key
+    (compute before paper for e_mac_pj and e_ac_pj, which both price); else the trace's default."""
     if model:
         return model
     for preset in (base, *(presets or ())):
@@ -142,7 +148,7 @@ def model_of(trace, model: str | None = None, presets=(), base=None, sweep_keys=
         knowing = [name for name in MODELS if all(any(fnmatch.fnmatchcase(key, pattern)
                                                       for pattern in model_spec(name).PRESET_UNITS)
                                                   for key in sweep_keys)]
-        if default not in knowing and len(knowing) == 1:
+        if default not in knowing and knowing:
             return knowing[0]
     return default
 
@@ -190,6 +196,9 @@ def recost(trace, model: str | None = None, presets=None, *, sweep: Mapping[str,
     for preset in iterator:
         frame = module.cost(activity, preset.costs(), compat=compat, strict=strict).to_frame()
         frame.insert(0, "preset", preset.name)
+        if preset.provenance:  # a chip preset's rows say how far to trust them
+            frame = frame.assign(preset_source=preset.source, preset_grade=preset.provenance.get("grade"),
+                                 preset_scope=preset.provenance.get("scope"))
         for key in (sweep or {}):
             frame[key] = preset.flat().get(key)
         frames.append(frame)

@@ -29,6 +29,12 @@ SCOPES = {
                      "it models forward inference of Linear/Conv layers and IF/LIF neurons"),
     "spikesim": Scope(("forward",), "inference-only, Conv2d crossbars",
                       "it models forward inference of Conv2d layers on crossbars"),
+    "paper": Scope(("forward",), "inference-only, synaptic layers",
+                   "it costs the forward synaptic layers (conv, linear, spike matmuls) as papers do: MACs and SOPs, "
+                   "no neuron, normalisation or memory energy"),
+    "chip": Scope(("forward",), "inference-only, a chip's events",
+                  "it costs forward synaptic events, neuron updates and spikes on a chip (analyze/energy/chip.py); "
+                  "work a chip cannot do as events is listed, costed only under a host preset"),
 }
 TRAINING_PHASES = ("backward", "optimizer")
 DEFAULT_MODEL = {"training": "neuromc", "inference": "compute"}
@@ -107,4 +113,5 @@ COMPONENT_PARENTS = {
                 "energy_base_memory_pj": "energy_memory_pj", "energy_extra_memory_pj": "energy_memory_pj"},
     "lemaire": {"inout_pj": "memory_pj", "params_pj": "memory_pj", "potential_pj": "memory_pj"},
     "spikesim": {},
+    "paper": {},
 }

@@ -36,10 +36,11 @@ from spiketrace.analyze.energy.breakdown import total_of
 from spiketrace.analyze.energy.scopes import trace_phases
 from spiketrace.analyze.present import plots
 from spiketrace.analyze.present.bar_chart import series
+from spiketrace.analyze.present.comparison import report_section
 from spiketrace.analyze.present.counts import BYTE_COUNTERS, STAGE_ORDER, coverage, human, human_bytes, percent
 from spiketrace.analyze.present.energy_table import energy_rows
 from spiketrace.analyze.present.health import report_health
-from spiketrace.analyze.present.layer_tables import left_out, spike_rates  # noqa: F401 - part of this module's API
+from spiketrace.analyze.present.layer_tables import left_out, spike_rates
 from spiketrace.analyze.present.selection import selection_of
 from spiketrace.analyze.present.units import format_energy
 from spiketrace.analyze.progress import steps as progress_steps
@@ -345,7 +346,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2, sele
         "trace_path": str(trace.path), "model": model, "depth": depth,
         "health": report_health(trace, model),  # banner, findings, facts, caveats of the capture itself
         "nav": [("summary", "summary"), ("findings", "findings"), ("caveats", "caveats"), ("energy", "energy"),
-                ("energy-per-layer", "layers"), *[(f"per-{g}-view", f"per {g}") for g in groups],
+                ("energy-per-layer", "layers"), ("chips", "chips"), *[(f"per-{g}-view", f"per {g}") for g in groups],
                 ("operation-counts", "counts"), ("spiking", "spike rates"), ("coverage", "coverage")],
         "cards": [
             {"label": "total energy", "value": format_energy(total), "note": f"{model} model under preset {chosen}"},
@@ -379,7 +380,7 @@ def page(results, *, model: str | None = None, preset=None, depth: int = 2, sele
                        "binary outputs per layer and stage (all ranks)", ["dead" if ones == 0 else "" for ones in rates["ones"]]),
         "quiet": quiet,
         "coverage": per_counter, "unsupported": uncovered,
-        "plots": figures,
+        "plots": figures, "comparison": report_section(analysis, selection.energy_options(trace), frame_table, _image),
     }
 
 

@@ -1,7 +1,8 @@
 """Hardware presets: TOML data files with units and sources, validated against a model's keys.
 
 A preset file has a `[preset]` table (name, model, description, source; optionally
-`inherits`) and a `[parameters]` tree whose numbers are `{ value = 2.5, unit = "pJ/bit" }`.
+`inherits`; grade, basis, node, voltage, scope and rows: provenance.py, required of a chip
+preset) and a `[parameters]` tree whose numbers are `{ value = 2.5, unit = "pJ/bit" }`.
 Loading converts every number to the unit the model declares for that key (`PRESET_UNITS` in
 the model's module, fnmatch patterns allowed), so `fJ`, `nJ`, per-byte and per-bit energies,
 KiB and bits all work; then checks it against the model's declared ranges, choices and
@@ -27,15 +28,25 @@ from __future__ import annotations
 import copy
 import difflib
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from spiketrace.analyze.presets.checks import (PresetError, brief, match, number_problems, plain_value_problems,
-                                    required_problems, shown, too_deep)
+from spiketrace.analyze.presets.checks import (
+    PresetError,
+    brief,
+    match,
+    number_problems,
+    plain_value_problems,
+    required_problems,
+    shown,
+    too_deep,
+)
 from spiketrace.analyze.presets.files import read_document
 from spiketrace.analyze.presets.overrides import override_value, parse_assignments, shown_raw
+from spiketrace.analyze.presets.provenance import KEYS as PROVENANCE_KEYS
+from spiketrace.analyze.presets.provenance import provenance, provenance_problems
 from spiketrace.analyze.presets.units import NON_NUMBERS, convert
 
 PRESET_DIR = Path(__file__).resolve().parent
@@ -58,6 +69,7 @@ class Preset:
     overrides: dict[str, Any] = field(default_factory=dict)
     spec: Any = field(default=None, compare=False, repr=False)  # the model's module (units, Costs)
     inherits: str | None = None  # the parent preset named in [preset], whose parameters are merged in
+    provenance: dict[str, str] = field(default_factory=dict)  # grade, basis, node, voltage, scope (provenance.py)
 
     def flat(self) -> dict[str, Any]:
         """Dotted key -> value, the keys `--set` and `recost(sweep=...)` take."""
@@ -71,10 +83,11 @@ class Preset:
         return {
             "name": self.name, "model": self.model, "description": self.description, "source": self.source,
             "path": str(self.path) if self.path else None, "inherits": self.inherits, "overrides": self.overrides,
+            "provenance": dict(self.provenance),
             "parameters": {k: {"value": v, "unit": self.units.get(k)} for k, v in self.flat().items()},
         }
 
-    def derive(self, assignments: Mapping[str, Any] | list[str] | tuple[str, ...]) -> "Preset":
+    def derive(self, assignments: Mapping[str, Any] | list[str] | tuple[str, ...]) -> Preset:
         """A copy with `assignments` applied: {"memory.sram.r_cost": 2.5} or ["memory.sram.r_cost=2.5"]
         (a value may carry a unit: "2.5 fJ/bit"). Every bad assignment is reported at once."""
         pairs = parse_assignments(assignments, self._where())
@@ -173,7 +186,7 @@ def _leaf(dotted: str, item: Mapping, unit: str, model: str, spec) -> tuple[Any,
     try:
         number = convert(float(value), given, unit)
     except OverflowError:  # an integer beyond a float's range
-        return None, [f"{dotted} = an integer of {int(value.bit_length() * 0.30103) + 1} digits: not a finite number"]
+        return None, [f"{dotted} = an integer of {int(int(value).bit_length() * 0.30103) + 1} digits: not a finite number"]
     except ValueError as problem:
         return None, [f"{dotted}: {problem}"]
     label = f"{dotted} = {shown(value, given)}" + (f" ({shown(number, unit)})" if given != unit else "")
@@ -233,8 +246,11 @@ def _head(document: Mapping, where: str) -> tuple[dict, list[str]]:
     missing = [k for k in HEAD_KEYS if k not in head or head[k] == ""]
     if missing:
         problems.append(f"{where}: [preset] lacks {', '.join(missing)}")
-    for key in sorted(set(head) - {*HEAD_KEYS, "inherits"}, key=str):
-        problems.append(f"{where}: [preset] {key}: unknown key (known: {', '.join(HEAD_KEYS)}, inherits)")
+    for key in sorted(set(head) - {*HEAD_KEYS, "inherits", *PROVENANCE_KEYS}, key=str):
+        problems.append(f"{where}: [preset] {key}: unknown key (known: {', '.join((*HEAD_KEYS, *PROVENANCE_KEYS))}, "
+                        "inherits)")
+    model = head.get("model")
+    problems += provenance_problems(head, model if isinstance(model, str) else None, where)
     for key in (*HEAD_KEYS, "inherits"):
         if key in head and not isinstance(head[key], str):
             problems.append(f"{where}: [preset] {key} = {brief(head[key])}: must be a string")
@@ -304,7 +320,7 @@ def _parse(document: Mapping, where: str, path: Path | None, models: ModelLookup
     if problems:
         raise PresetError(problems)
     preset = Preset(head["name"], model, head["description"], head["source"], parameters, units, path, spec=spec,
-                    inherits=inherits)
+                    inherits=inherits, provenance=provenance(head))
     preset.costs()
     return preset, raw
 

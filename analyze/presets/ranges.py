@@ -42,6 +42,10 @@ _QUALIA = ("mem_width", "sram_estimation", "ram_slope", "ram_floor", "bus_width"
 
 RANGES: dict[str, dict[str, tuple[float, float, bool]]] = {
     "compute": {"e_mac_pj": ENERGY, "e_ac_pj": ENERGY, "e_memory_pj_per_byte": ENERGY},
+    "paper": {"e_mac_pj": ENERGY, "e_ac_pj": ENERGY},
+    "chip": {"e_synaptic_op_pj": ENERGY, "e_neuron_update_active_pj": ENERGY, "e_neuron_update_inactive_pj": ENERGY,
+             "e_spike_pj": ENERGY, "neuron_time_nj_per_ms": (0.0, 1e9, False),  # nJ per neuron per ms: up to 1 W each
+             "static_power_mw": (0.0, 1e9, False)},  # mW: up to a megawatt
     "neuromc": {
         "technology_nm": (1, 1000, True),
         "memory_instances.*.size_bits": (1, 2**53, True),  # up to 1 PiB
@@ -90,6 +94,8 @@ CHOICES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "compute": ("e_mac_pj", "e_ac_pj", "e_memory_pj_per_byte"),
+    "paper": ("e_mac_pj", "e_ac_pj"),
+    "chip": ("e_synaptic_op_pj",),  # its other terms are optional: absent is not in the chip's figures
     "neuromc": (
         "preset_name", "technology_nm", "level_order",
         "zero_dram_in_paper_energy", "zero_noc_in_paper_energy", "zero_sram_high_directions",

@@ -23,6 +23,7 @@ NEEDED_LEVEL: dict[str, str] = {
     "model compute": "synaptic",
     "model lemaire": "synaptic",
     "model spikesim": "synaptic",
+    "model paper": "synaptic",     # nnz and 0/1-ness of synaptic inputs, NeuroBench's pairs
     "model neuromc": "full",       # maps any op with a spiking operand
 }
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -56,12 +57,12 @@ def _restorer(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -
                 tensor.copy_(saved)
         if optimizer is None:
             return
-        for group, saved in zip(optimizer.param_groups, groups):
-            _restore_dict(group, saved, skip=("params",))
+        for group, saved_group in zip(optimizer.param_groups, groups):
+            _restore_dict(group, saved_group, skip=("params",))
         for parameter in [p for p in optimizer.state if p not in state]:
             del optimizer.state[parameter]  # state the step made (momentum buffers, Adam's moments)
-        for parameter, saved in state.items():
-            _restore_dict(optimizer.state[parameter], saved)
+        for parameter, saved_state in state.items():
+            _restore_dict(optimizer.state[parameter], saved_state)
 
     return restore
 
@@ -110,9 +111,23 @@ def record_training_step(
     return path
 
 
-def record_inference(path, model: torch.nn.Module, inputs: Any, *, no_grad: bool = True, **settings):
-    """Capture one forward pass in a `forward` stage (under torch.no_grad() by default)."""
+def record_inference(path, model: torch.nn.Module, inputs: Any = None, *, batches: Iterable | None = None,
+                     input_of: Callable[[Any], Any] | None = None, reset: Callable[[torch.nn.Module], Any] | None = None,
+                     no_grad: bool = True, **settings):
+    """Capture one forward pass of `inputs` in a `forward` stage (under torch.no_grad() by
+    default); or, over a test set, one per batch of `batches` (any iterable: a DataLoader, a
+    list), each its own recorder step (a `schedule=` setting may record only some).
+    `input_of(batch)` picks the model's inputs from a batch (a DataLoader's (x, y): `lambda b: b[0]`);
+    `reset(model)` runs before each pass, unrecorded (SpikingJelly's functional.reset_net)."""
+    if (inputs is None) == (batches is None):
+        raise ValueError("record_inference takes inputs (one pass) or batches (one pass each), not both or neither")
     with Recorder(path, model=model, **settings) as recorder:
-        with torch.no_grad() if no_grad else nullcontext(), recorder.stage("forward", phase="forward"):
-            call_model(model, inputs)
+        for batch in ([inputs] if batches is None else batches):
+            if reset is not None:
+                with recorder.suspend():
+                    reset(model)
+            with torch.no_grad() if no_grad else nullcontext(), recorder.stage("forward", phase="forward"):
+                call_model(model, batch if input_of is None else input_of(batch))
+            if batches is not None:
+                recorder.step()
     return path
