@@ -20,6 +20,7 @@ from spiketrace.analyze.energy import energy, load_preset, read_preset_file, rec
 from spiketrace.analyze.energy.chip import parse_step_time
 from spiketrace.analyze.presets import PresetError
 from spiketrace.capture import record_inference
+from tests.test_paper_energy import IF  # the same integrate-and-fire neuron
 
 CHIPS = ("loihi-2018", "truenorth-2014", "odin-2019", "spinnaker1-2012", "seneca-2023")
 
@@ -94,18 +95,6 @@ def test_grades_c_and_d_are_refused_in_one_line_naming_the_file_and_key(tmp_path
 
 
 # -- a spiking MLP over 3 time steps ---------------------------------------------------------------------
-class IF(nn.Module):
-    """Integrate-and-fire, threshold 1, reset by subtraction; state kept between calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.v = None
-
-    def forward(self, x):
-        self.v = x if self.v is None else self.v + x
-        spike = (self.v >= 1.0).float()
-        self.v = self.v - spike
-        return spike
 
 
 def _set(layer: nn.Module, weight, bias) -> nn.Module:

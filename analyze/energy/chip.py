@@ -36,15 +36,15 @@ in the total; the rest are listed with their counts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
 from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 from spiketrace.analyze.energy.event_activity import Activity, activity, parse_step_time
+from spiketrace.analyze.presets.costs import FlatCosts
 
 MODEL = "chip"
 PRESET_UNITS = {"e_synaptic_op_pj": "pJ", "e_neuron_update_active_pj": "pJ", "e_neuron_update_inactive_pj": "pJ",
@@ -53,29 +53,18 @@ PRESET_ZERO_ALLOWED = ()
 
 
 @dataclass(frozen=True)
-class Costs:
+class Costs(FlatCosts):
     """The figures of PRESET_UNITS, in those units; None: not a term of the preset."""
 
+    MODEL: ClassVar[str] = MODEL
+    UNITS: ClassVar[Mapping[str, str]] = PRESET_UNITS
+    REQUIRED: ClassVar[tuple[str, ...]] = ("e_synaptic_op_pj",)
     e_synaptic_op_pj: float
     e_neuron_update_active_pj: float | None = None
     e_neuron_update_inactive_pj: float | None = None
     e_spike_pj: float | None = None
     neuron_time_nj_per_ms: float | None = None
     static_power_mw: float | None = None
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise ValueError(f"{name} must be finite and nonnegative, got {value}")
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Costs:
-        unknown = sorted(set(values) - set(PRESET_UNITS))
-        if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r} for the chip model (known: {', '.join(PRESET_UNITS)})")
-        if "e_synaptic_op_pj" not in values:
-            raise ValueError("the chip model needs e_synaptic_op_pj")
-        return cls(**{k: float(v) for k, v in values.items()})
 
 
 TERMS = ("synaptic", "neuron_active", "neuron_inactive", "spike", "neuron_time", "static", "host")

@@ -19,10 +19,9 @@ call reached the memory counter. Then it warns, or with strict raises RuntimeErr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +32,7 @@ from spiketrace.analyze.counters.neuromorphic_memory_access import SYNAPTIC_CLAS
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.breakdown import breakdown_frame, section
+from spiketrace.analyze.presets.costs import FlatCosts
 
 MODEL = "compute"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ", "e_memory_pj_per_byte": "pJ/byte"}
@@ -55,24 +55,14 @@ GROUPS = ["rank", "step", "stage"]
 
 
 @dataclass(frozen=True)
-class Costs:
+class Costs(FlatCosts):
     """SpikingJelly's SimpleEnergyCostConfig (defaults: Horowitz 2014, 45 nm, fp32)."""
 
+    MODEL: ClassVar[str] = MODEL
+    UNITS: ClassVar[Mapping[str, str]] = PRESET_UNITS
     e_mac_pj: float = 4.6
     e_ac_pj: float = 0.9
     e_memory_pj_per_byte: float = 24.96
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be finite and nonnegative, got {value}")
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Costs:
-        unknown = sorted(set(values) - set(PRESET_UNITS))
-        if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r} for the compute model (known: {', '.join(PRESET_UNITS)})")
-        return cls(**{k: float(v) for k, v in values.items()})
 
 
 @dataclass

@@ -25,10 +25,9 @@ and the samples: it reads the trace once per options. Costing multiplies by E_MA
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -38,6 +37,7 @@ from spiketrace.analyze.counters.neurobench.convention import first_inputs, samp
 from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 from spiketrace.analyze.energy.spread import spread
 from spiketrace.analyze.energy.synaptic_layers import map_layers, uncosted_notes
+from spiketrace.analyze.presets.costs import FlatCosts
 
 MODEL = "paper"
 PRESET_UNITS = {"e_mac_pj": "pJ", "e_ac_pj": "pJ"}
@@ -55,23 +55,13 @@ LAYER_COLUMNS = ["scope", "index", "kind", "op", "input", "charged", "first", "n
 
 
 @dataclass(frozen=True)
-class Costs:
+class Costs(FlatCosts):
     """Energy per MAC and per AC (synaptic operation), pJ."""
 
+    MODEL: ClassVar[str] = MODEL
+    UNITS: ClassVar[Mapping[str, str]] = PRESET_UNITS
     e_mac_pj: float = 4.6
     e_ac_pj: float = 0.9
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be finite and nonnegative, got {value}")
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Costs:
-        unknown = sorted(set(values) - set(PRESET_UNITS))
-        if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r} for the paper model (known: {', '.join(PRESET_UNITS)})")
-        return cls(**{k: float(v) for k, v in values.items()})
 
 
 @dataclass
