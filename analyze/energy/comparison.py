@@ -92,7 +92,8 @@ def chip_uncosted(report: chip_model.Report, scope: str | None) -> str:
             if count:
                 parts.append(f"host work ({count:,.0f} MACs)")
         elif term == "static":
-            parts.append("static energy" + (" (no step time)" if status == "needs step time" else ""))
+            if scope != "all-in":  # an all-in figure was measured with the chip's leakage in it
+                parts.append("static energy" + (" (no step time)" if status == "needs step time" else ""))
         elif status == "needs step time":
             parts.append(f"{_TERM_TEXT[term]} (no step time)")
         elif scope != "all-in" and term != "neuron_time":  # all-in: inside the synaptic figure
