@@ -103,7 +103,8 @@ def test_report_renders_in_headless_chromium(pair, tmp_path):
     body = re.search(r"<body([^>]*)>", dom).group(1)
     assert 'data-errors=""' in body  # no script error
     total = int(re.search(r'data-images-total="(\d+)"', body).group(1))
-    assert total == 4 and f'data-images-loaded="{total}"' in body  # every plot decoded
+    # every plot decoded: energy by layer, stages, spike rates, roofline and the chips-and-paper comparison
+    assert total == 5 and f'data-images-loaded="{total}"' in body
     assert "<title>spiketrace report: b</title>" in dom
     assert dom.count("<tr>") > 10  # the breakdown tables have rows
     shot = tmp_path / "shot.png"
