@@ -20,12 +20,14 @@ working directory outside the repository:
   FULL_TESTS without --quick), each where its torch has what it needs (SpikingJelly imports;
   two stacked dispatch modes are handed the same ops, as the probe finds out);
 - scripts/trace_digest.py (the zoo: needs SpikingJelly) gives one digest per (model, table),
-  compared with the reference torch's (--reference, 2.13.0: the torch the project pins).
+  compared with the reference torch's (--reference, 2.13.0: the torch the project pins);
+- the demo and every command on its trace, as tests/test_installed_wheel.py runs them, with
+  the environment's own `spiketrace` (the "commands ok" column).
 
-A table follows: torch | install s | tests s | tests passed/failed | digests equal to the
-reference | notes. The exit status is nonzero if any version's install or tests failed; digests
-that differ are reported, not failed: torch itself dispatches other ops from version to version
-(docs/design.md, "torch versions").
+A table follows: torch | install s | tests s | tests passed/failed | commands ok | digests
+equal to the reference | notes. The exit status is nonzero if any version's install, tests or
+commands failed; digests that differ are reported, not failed: torch itself dispatches other
+ops from version to version (docs/design.md, "torch versions").
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ class Result:
     wall_s: float | None = None
     spikingjelly_runs: bool | None = None
     digests: dict[str, str] = field(default_factory=dict)
+    commands: tuple[int, int] | None = None  # (succeeded, run) of the demo and every command on its trace
     notes: list[str] = field(default_factory=list)
     ok: bool = True
 
@@ -234,6 +237,32 @@ def run_tests(python: Path, work: Path, tests: list[str], deselected: tuple[str,
         print(done.stdout[-6000:], file=sys.stderr)
 
 
+def smoke(python: Path, work: Path, result: Result) -> None:
+    """What a user runs, beside this torch: the demo, then every command of the installed-wheel
+    suite (tests/test_installed_wheel.py's command_lines) on its trace, with the venv's own
+    `spiketrace`, from outside the repository."""
+    sys.path.insert(0, str(REPO))
+    from tests.test_installed_wheel import MADE, PRESET_FILE_CODE, command_lines
+
+    out = work / f"smoke-{result.version}"
+    out.mkdir(exist_ok=True)
+    preset_file = run([str(python), "-c", PRESET_FILE_CODE], cwd=out).stdout.strip()
+    commands = {"demo": ["demo", str(out / "demo-trace"), "--force"],
+                **command_lines(out / "demo-trace", out, preset_file)}
+    failed = []
+    for name, arguments in commands.items():
+        done = run([str(python.parent / "spiketrace"), *arguments], cwd=out, timeout=600)
+        if done.returncode != 0:
+            failed.append(name)
+            print(f"torch {result.version}: spiketrace {name} exited {done.returncode}: {done.stderr[-1500:]}",
+                  file=sys.stderr)
+    failed += [f"{made} not written" for made in MADE if not (out / made).is_file()]
+    result.commands = (len(commands) - len(failed), len(commands))
+    if failed:
+        result.ok = False
+        result.notes.append("commands failed: " + ", ".join(failed))
+
+
 def digests(python: Path, work: Path) -> dict[str, str]:
     done = run([str(python), str(REPO / "scripts" / "trace_digest.py")], cwd=work, timeout=1200)
     if done.returncode != 0:
@@ -269,6 +298,7 @@ def check_version(version: str, args, work: Path) -> Result:
         chosen = {**QUICK_TESTS, **({} if args.quick else FULL_TESTS)}
         tests = [test for test, needs in chosen.items() if all(has[need] for need in needs)]
         run_tests(python, work, tests, NEVER + (() if with_spikingjelly else WITHOUT_SPIKINGJELLY), result)
+        smoke(python, work, result)
         if with_spikingjelly:
             result.digests = digests(python, work)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -290,14 +320,15 @@ def digest_cell(result: Result, reference: dict[str, str]) -> str:
 
 
 def print_table(results: list[Result], reference: dict[str, str], reference_version: str) -> None:
-    header = ("torch", "install s", "tests s", "wall s", "tests passed/failed", f"digests equal to {reference_version}",
-              "notes")
+    header = ("torch", "install s", "tests s", "wall s", "tests passed/failed", "commands ok",
+              f"digests equal to {reference_version}", "notes")
     rows = []
     for r in results:
         install = "-" if r.install_s is None else f"{r.install_s:.0f}" + (" (reused)" if r.reused else "")
         tests = "-" if r.tests_s is None else f"{r.tests_s:.0f}"
         counted = f"{r.passed}/{r.failed}" + (f" ({r.skipped} skipped)" if r.skipped else "")
-        rows.append((r.version, install, tests, f"{r.wall_s:.0f}", counted, digest_cell(r, reference),
+        commands = "-" if r.commands is None else f"{r.commands[0]}/{r.commands[1]}"
+        rows.append((r.version, install, tests, f"{r.wall_s:.0f}", counted, commands, digest_cell(r, reference),
                      "; ".join(r.notes) or "-"))
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header) - 1)]
     for row in (header, tuple("-" * w for w in widths) + ("-----",), *rows):

@@ -40,6 +40,9 @@ ANALYSIS_COMMANDS = {
     "counts": ["counts", "TRACE", "--format", "json"],
     "counts by stage": ["counts", "TRACE", "--by", "stage", "--format", "csv"],
     **{f"energy {model}": ["energy", "TRACE", "--model", model, "--format", "json"] for model in MODELS},
+    "energy paper": ["energy", "TRACE", "--model", "paper", "--samples", "8", "--format", "json"],
+    "energy chip": ["energy", "TRACE", "--model", "chip", "--preset", "truenorth-2014", "--samples", "8", "--format", "json"],
+    "compare": ["compare", "TRACE", "--samples", "8", "--format", "json", "--plot", "OUT/compare.png"],
     "neurobench": ["neurobench", "TRACE", "--format", "json"],
     "recost": ["recost", "TRACE", "--preset", "compute-fp32-45nm", "--preset", "compute-fp16-45nm",
                "--out", "OUT/recost.csv"],
@@ -53,7 +56,21 @@ ANALYSIS_COMMANDS = {
     "presets validate": ["presets", "validate", "PRESET_FILE"],
 }
 # Outputs that are the same document whichever venv printed them (no paths, no times).
-SAME_NUMBERS = ("counts", "counts by stage", *(f"energy {m}" for m in MODELS), "neurobench", "sql")
+SAME_NUMBERS = ("counts", "counts by stage", *(f"energy {m}" for m in MODELS), "energy paper", "energy chip", "neurobench",
+                "sql")
+MADE = ("recost.csv", "energy.png", "report.html", "compare.png")  # the files the commands write into OUT
+
+
+def command_lines(trace: Path, out: Path, preset_file: str) -> dict[str, list[str]]:
+    """ANALYSIS_COMMANDS with the trace, the output folder and a shipped preset file filled in
+    (scripts/torch_matrix.py runs the same lines beside each torch)."""
+    fill = {"TRACE": str(trace), "PRESET_FILE": preset_file}
+    return {name: [fill.get(a, a.replace("OUT/", f"{out}/")) for a in argv] for name, argv in ANALYSIS_COMMANDS.items()}
+
+
+# the path of a preset file inside the installed package, printed by its Python
+PRESET_FILE_CODE = ("import spiketrace.analyze.presets as p, pathlib; "
+                    "print(pathlib.Path(p.__file__).parent / 'neuromc-like-v1.toml')")
 
 
 @pytest.fixture(scope="module")
@@ -130,14 +147,9 @@ def installed_from(env: Venv) -> str:
 def analysis_outputs(env: Venv, trace: Path) -> dict[str, str]:
     out = env.work / "out"
     out.mkdir(exist_ok=True)
-    preset_file = env.python("import spiketrace.analyze.presets as p, pathlib; "
-                             "print(pathlib.Path(p.__file__).parent / 'neuromc-like-v1.toml')").strip()
-    fill = {"TRACE": str(trace), "PRESET_FILE": preset_file}
-    outputs = {}
-    for name, argv in ANALYSIS_COMMANDS.items():
-        args = [fill.get(a, a.replace("OUT/", f"{out}/")) for a in argv]
-        outputs[name] = env.spiketrace(*args).stdout
-    for made in ("recost.csv", "energy.png", "report.html"):
+    lines = command_lines(trace, out, env.python(PRESET_FILE_CODE).strip())
+    outputs = {name: env.spiketrace(*args).stdout for name, args in lines.items()}
+    for made in MADE:
         assert (out / made).stat().st_size > 0, made
     return outputs
 
