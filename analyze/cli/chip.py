@@ -17,16 +17,28 @@ from spiketrace.analyze.present.safe_text import json_text, safe_line
 _PAPER_ONLY = ("mode", "first_layer", "non_spike", "matmul_rate")
 
 
+# The chip model's own options, as the energy command (chip_options) and recost (model_flags.py) take them.
+CHIP_FLAGS = (
+    click.option("--step-time", metavar="TIME",
+                 help="--model chip: the chip's time per step (1ms, 250us, or seconds): charges static power and "
+                      "time-based figures (default: none, and the output says static energy was not included)."),
+    click.option("--host", metavar="PRESET",
+                 help="--model chip: the preset (its e_mac_pj: paper-fp32-45nm, ...) that costs the work a chip "
+                      "cannot do as events (default: listed, uncosted)."),
+)
+
+
+def chip_flags(command):
+    for flag in reversed(CHIP_FLAGS):
+        command = flag(command)
+    return command
+
+
 def chip_options(command):
     """--step-time and --host on the energy command (outside paper_options, so a chip run
     also takes --samples and --time-steps)."""
 
-    @click.option("--step-time", metavar="TIME",
-                  help="--model chip: the chip's time per step (1ms, 250us, or seconds): charges static power and "
-                       "time-based figures (default: none, and the output says static energy was not included).")
-    @click.option("--host", metavar="PRESET",
-                  help="--model chip: the preset (its e_mac_pj: paper-fp32-45nm, ...) that costs the work a chip "
-                       "cannot do as events (default: listed, uncosted).")
+    @chip_flags
     @functools.wraps(command)
     def with_chip_options(*args, step_time, host, **kwargs):
         if _is_chip(kwargs["model"], kwargs["preset"]):

@@ -30,6 +30,7 @@ from spiketrace.analyze.cli.app import (
     warnings_to_stderr,
 )
 from spiketrace.analyze.cli.chip import chip_options
+from spiketrace.analyze.cli.model_flags import model_flags
 from spiketrace.analyze.cli.paper import paper_options
 from spiketrace.analyze.energy import list_presets, load_preset, read_preset_file
 from spiketrace.analyze.energy.breakdown import total_of
@@ -278,7 +279,8 @@ class SweepRange(click.ParamType):
 @click.option("--compat", type=click.Choice(["spikingjelly"]), help="Reproduce SpikingJelly 2.0.0's numbers.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="The result table: FILE.parquet, or FILE.csv (one row per preset and breakdown entry).")
-def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, execution):
+@model_flags
+def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, execution, model_options):
     """Cost TRACE under many presets or a sweep; the trace is mapped once.
 
     Filters as for energy: --stage, --step, --rank select the work costed, --phase its stages.
@@ -287,6 +289,9 @@ def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, ex
     every preset, the rows added per preset. --engine dask runs them on a Dask cluster, one task
     per (trace, rank), or (trace, rank, step range) for a large rank, for compute and neuromc.
 
+    --model paper and --model chip take their own options as energy does (--mode, --first-layer,
+    --non-spike, --matmul-rate, --samples, --time-steps; --step-time, --host).
+
     Example: spiketrace recost runs/step --preset compute-fp16-45nm --sweep e_mac_pj=0.1:4.6:50 --out sweep.parquet"""
     sweep = dict(sweeps)
     traces = find_traces(trace_paths)
@@ -294,14 +299,14 @@ def recost(trace_paths, selection, model, presets, base, sweeps, compat, out, ex
         with Analysis(traces[0]) as analysis:
             selection.check(analysis.trace)
             frame = analysis.recost(model, list(presets), sweep=sweep or None, base=base, compat=compat,
-                                    progress=_progress, **selection.energy_options(analysis.trace))
+                                    progress=_progress, **selection.energy_options(analysis.trace), **model_options)
     else:
         from spiketrace.analyze import many
 
         options = selected_traces(selection, traces, execution, energy=True)
         with warnings_to_stderr():
             combined = many.recost(traces, model, list(presets), sweep=sweep or None, base=base, compat=compat,
-                                   **options, **execution, progress=True)
+                                   **options, **model_options, **execution, progress=True)
             warn_traces(combined.traces)
         frame = combined.frame
     (frame.to_csv(out, index=False) if out.endswith(".csv") else frame.to_parquet(out, index=False))

@@ -17,29 +17,41 @@ from spiketrace.analyze.present.safe_text import json_text, safe_line
 PAPER_FORMATS = ("markdown", "latex")  # the energy command's formats only the paper model writes
 
 
+# The paper model's options, as the energy command (paper_options) and recost (model_flags.py) take them.
+PAPER_FLAGS = (
+    click.option("--mode", type=click.Choice(["rate", "event"]), default=None,
+                 help="--model paper: rate (default; SOPs = input firing rate x dense MACs, Spikformer Eq. 21) or "
+                      "event (the exact nonzero products, NeuroBench's Effective_ACs x samples)."),
+    click.option("--first-layer", type=click.Choice(["per-step", "once"]), default=None,
+                 help="--model paper: the first layer's MACs per time step (default) or once (divided by the time "
+                      "steps)."),
+    click.option("--non-spike", type=click.Choice(["mac", "omit"]), default=None,
+                 help="--model paper: a later layer's non-spike input (residual sum, BN output, graded spike) "
+                      "charged as MACs (default) or left out."),
+    click.option("--matmul-rate", type=click.Choice(["left", "right", "both"]), default=None,
+                 help="--model paper: the operand whose rate sets a spike x spike matmul's SOPs (default left; both: "
+                      "the product of the two rates)."),
+    click.option("--samples", type=click.IntRange(min=1), metavar="N",
+                 help="--model paper: samples to divide by (default: NeuroBench's rule, dim 0 of the model's first "
+                      "input per batch, summed)."),
+    click.option("--time-steps", type=click.IntRange(min=1), metavar="T",
+                 help="--model paper --first-layer once: the time steps the first layer's MACs are divided by "
+                      "(default: its calls per batch)."),
+)
+
+
+def paper_flags(command):
+    for flag in reversed(PAPER_FLAGS):
+        command = flag(command)
+    return command
+
+
 def paper_options(command):
     """--mode, --first-layer, --non-spike, --matmul-rate, --samples and --time-steps on the
     energy command: a run of the paper model (--model paper, or a paper preset) goes to
     paper_energy; any other model refuses them, and refuses --format markdown|latex."""
 
-    @click.option("--mode", type=click.Choice(["rate", "event"]), default=None,
-                  help="--model paper: rate (default; SOPs = input firing rate x dense MACs, Spikformer Eq. 21) or "
-                       "event (the exact nonzero products, NeuroBench's Effective_ACs x samples).")
-    @click.option("--first-layer", type=click.Choice(["per-step", "once"]), default=None,
-                  help="--model paper: the first layer's MACs per time step (default) or once (divided by the time "
-                       "steps).")
-    @click.option("--non-spike", type=click.Choice(["mac", "omit"]), default=None,
-                  help="--model paper: a later layer's non-spike input (residual sum, BN output, graded spike) "
-                       "charged as MACs (default) or left out.")
-    @click.option("--matmul-rate", type=click.Choice(["left", "right", "both"]), default=None,
-                  help="--model paper: the operand whose rate sets a spike x spike matmul's SOPs (default left; both: "
-                       "the product of the two rates).")
-    @click.option("--samples", type=click.IntRange(min=1), metavar="N",
-                  help="--model paper: samples to divide by (default: NeuroBench's rule, dim 0 of the model's first "
-                       "input per batch, summed).")
-    @click.option("--time-steps", type=click.IntRange(min=1), metavar="T",
-                  help="--model paper --first-layer once: the time steps the first layer's MACs are divided by "
-                       "(default: its calls per batch).")
+    @paper_flags
     @functools.wraps(command)
     def with_paper_options(*args, mode, first_layer, non_spike, matmul_rate, samples, time_steps, **kwargs):
         given = {name: value for name, value in (("mode", mode), ("first_layer", first_layer),
