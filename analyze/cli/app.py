@@ -319,6 +319,18 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
+def with_flags(flags):
+    """One decorator applying click options `flags` (a tuple of click.option(...)) in their order,
+    for options two commands share."""
+
+    def decorate(command):
+        for flag in reversed(flags):
+            command = flag(command)
+        return command
+
+    return decorate
+
+
 def model_option(what: str = "Energy model"):
     """--model, a checked choice; unset, the trace decides (energy/scopes.py)."""
     return click.option("--model", type=click.Choice(MODEL_NAMES), default=None,

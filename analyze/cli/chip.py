@@ -11,7 +11,7 @@ import functools
 
 import click
 
-from spiketrace.analyze.cli.app import _warn, emit_frame, emit_text, warnings_to_stderr
+from spiketrace.analyze.cli.app import _warn, emit_frame, emit_text, warnings_to_stderr, with_flags
 from spiketrace.analyze.present.safe_text import json_text, safe_line
 
 _PAPER_ONLY = ("mode", "first_layer", "non_spike", "matmul_rate")
@@ -28,10 +28,7 @@ CHIP_FLAGS = (
 )
 
 
-def chip_flags(command):
-    for flag in reversed(CHIP_FLAGS):
-        command = flag(command)
-    return command
+chip_flags = with_flags(CHIP_FLAGS)
 
 
 def chip_options(command):

@@ -11,7 +11,7 @@ import functools
 
 import click
 
-from spiketrace.analyze.cli.app import _warn, emit_frame, emit_text, warnings_to_stderr
+from spiketrace.analyze.cli.app import _warn, emit_frame, emit_text, warnings_to_stderr, with_flags
 from spiketrace.analyze.present.safe_text import json_text, safe_line
 
 PAPER_FORMATS = ("markdown", "latex")  # the energy command's formats only the paper model writes
@@ -40,10 +40,7 @@ PAPER_FLAGS = (
 )
 
 
-def paper_flags(command):
-    for flag in reversed(PAPER_FLAGS):
-        command = flag(command)
-    return command
+paper_flags = with_flags(PAPER_FLAGS)
 
 
 def paper_options(command):
