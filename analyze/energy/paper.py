@@ -183,10 +183,10 @@ def _per(rows: pd.DataFrame, keys: list[str], mode: str) -> pd.DataFrame:
     return macs.merge(sops[[*keys, "sop"]], on=keys, how="left").fillna({"sop": 0.0})
 
 
-def _batches(trace, rows: pd.DataFrame, module_where: str, mode: str, samples: int | None) -> tuple[pd.DataFrame, list]:
-    """One row per batch (rank, recorder step with a forward call of the bound model): its
-    samples (NeuroBench's rule, dim 0 of the model's first input) and charged operations."""
-    found = first_inputs(trace.con, module_where)
+def _batches(found: list, rows: pd.DataFrame, mode: str, samples: int | None) -> tuple[pd.DataFrame, list]:
+    """One row per batch (rank, recorder step with a forward call of the bound model; `found`:
+    first_inputs of the selection): its samples (NeuroBench's rule, dim 0 of the model's first
+    input) and charged operations."""
     batches = pd.DataFrame([(r, s, shape[0] if shape else np.nan) for r, s, shape in found],
                            columns=["rank", "step", "samples"])
     if len(rows):
@@ -225,12 +225,13 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     rows = map_layers(trace, where, _ignore_names(ignore_modules), pairs=mode == "event")
     rows, decided = _charges(rows, options, time_steps)
     module_where = where  # the same columns select module events
-    counted, notes = sample_count(trace.con, module_where)
+    found = first_inputs(trace.con, module_where)  # read once: the samples and each batch's
+    counted, notes = sample_count(trace.con, module_where, found)
     if samples is None:
         samples, source = counted, "NeuroBench's rule: dim 0 of the model's first input per batch, summed"
     else:
         notes, source = [], "given"
-    batches, batch_notes = _batches(trace, rows, module_where, mode, samples)
+    batches, batch_notes = _batches(found, rows, mode, samples)
     schedule = _schedule(trace)
     convention = {"name": CONVENTION, **options, **decided, "samples_source": source}
     test_set = {"batches": int(len(batches)), "sampled_by_schedule": schedule is not None, "schedule": schedule,

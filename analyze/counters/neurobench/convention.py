@@ -218,12 +218,14 @@ def first_inputs(con, module_where: str = "true") -> list[tuple[int, int, list |
     """).fetchall()
 
 
-def sample_count(con, module_where: str = "true") -> tuple[int | None, list[str]]:
+def sample_count(con, module_where: str = "true", inputs: list | None = None) -> tuple[int | None, list[str]]:
     """(samples, notes): the samples NeuroBench divides by, dim 0 of the bound model's first
     input per recorder step and rank, summed (NeuroBench: `data[0].size(0)` of each batch,
     batch-first); None when some step has no such input. A note where dim 0 may not be the
-    batch: the model has SpikingJelly multi-step modules ([T, B, ...]) and dims 0 and 1 differ."""
-    found = [shape for _, _, shape in first_inputs(con, module_where)]
+    batch: the model has SpikingJelly multi-step modules ([T, B, ...]) and dims 0 and 1 differ.
+    `inputs`: first_inputs(con, module_where) where the caller has read them already."""
+    inputs = first_inputs(con, module_where) if inputs is None else inputs
+    found = [shape for _, _, shape in inputs]
     shapes = [shape for shape in found if shape]
     if not found or len(shapes) != len(found):
         return None, []
