@@ -3,6 +3,11 @@
 Taken in `register_step_pre_hook`, i.e. before the update, which is when SpikingJelly's
 NeuroMC profiler looks at the optimizer (`record_optimizer_step`): a momentum buffer exists
 from the second step on, and the analysis must know whether it did at this step.
+
+A step given a closure (Lightning's automatic optimization, LBFGS) runs the forward and the
+backward inside step(), after the pre-hook: its rows are taken when the closure first returns,
+when the gradients the update reads exist (as after a hand-written loop's backward). The hook
+hands step() a closure that calls the user's and then takes the rows; its result is the user's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,27 @@ class OptimizerLog:
     def bind(self, optimizer: torch.optim.Optimizer) -> None:
         index = len(self.optimizers)
         self.optimizers.append(optimizer)
-        self.handles.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._record(index, opt)))
+        self.handles.append(optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: self._before_step(index, opt, args, kwargs)))
+
+    def _before_step(self, index: int, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict):
+        closure = kwargs.get("closure", args[0] if args else None)
+        if not callable(closure):
+            self._record(index, optimizer)
+            return None
+        taken = False
+
+        def closure_then_record():
+            nonlocal taken
+            result = closure()
+            if not taken:
+                taken = True
+                self._record(index, optimizer)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_record}
+        return (closure_then_record, *args[1:]), kwargs
 
     def unbind(self) -> None:
         for handle in self.handles:
