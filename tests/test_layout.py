@@ -126,10 +126,12 @@ def test_no_prefix_families_of_sibling_modules():
 
 
 # capture/'s rooms along the record path, highest first: a module imports (at run time) only
-# modules of its own room or of rooms below it. `context` (capture/context.py, the state one
+# modules of its own room or of rooms below it. The framework callbacks (lightning,
+# huggingface) sit on `live` (a Recorder driven by hooks, and the live analysis), which sits
+# on the session. `context` (capture/context.py, the state one
 # recording shares) sits between the rooms that write records and the store; the package's
 # __init__ imports nothing of its rooms (its names are loaded lazily).
-CAPTURE_ROOMS = ("session", "ops", "modules", "tensors", "context", "store", "native")
+CAPTURE_ROOMS = ("lightning", "huggingface", "live", "session", "ops", "modules", "tensors", "context", "store", "native")
 
 
 def _runtime_imports(path: Path) -> set[str]:
@@ -210,7 +212,7 @@ def test_the_folder_check_sees_a_namespace_folder(tmp_path):
 # once; present/ shows results and cli/ wires commands to them. progress.py (the terminal bars
 # of long commands, used from counting up) sits below them all. The package's __init__ imports
 # none of its rooms (its public names are loaded lazily, by name).
-ANALYZE_ROOMS = ("cli", "present", "results", "many", "energy", "presets", "counters", "neurons", "trace", "progress")
+ANALYZE_ROOMS = ("cli", "live", "present", "results", "many", "energy", "presets", "counters", "neurons", "trace", "progress")
 
 
 def _analyze_room(module: str) -> str | None:
