@@ -104,8 +104,12 @@ class LiveAnalysis:
             if len(self._pending) >= self.max_pending:
                 dropped = self._pending.popleft()
                 self._counts["dropped"] += 1
-                log.warning("spiketrace: live analysis is %d cycles behind; the oldest queued cycle (steps %s) is "
-                            "dropped", self.max_pending, sorted((dropped["steps"] or {}).values()))
+                if dropped["steps"] is None:  # its steps are asked for again by the next request
+                    log.warning("spiketrace: live analysis is %d cycles behind; the oldest queued cycle is merged "
+                                "into the next", self.max_pending)
+                else:
+                    log.warning("spiketrace: live analysis is %d cycles behind; the oldest queued cycle (steps %s) "
+                                "is dropped", self.max_pending, sorted(dropped["steps"].values()))
             self._pending.append(request)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="spiketrace-live-analysis", daemon=True)
