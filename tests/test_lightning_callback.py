@@ -142,6 +142,7 @@ def test_logged_scalars_equal_the_cli_on_the_same_step(tmp_path):
     with open_trace(fit) as trace:
         facts = [f for f in trace.manifest["step_facts"] if f["kind"] == "train"]
         summary = trace.manifest["loop"]["live_analysis"]
+        assert trace.manifest["unrecorded_threads"] == []  # the analysis's own thread runs no torch op
     assert [f["index"] for f in facts] == [1, 4, 7]
     assert summary["cycles"] == {"submitted": 3, "analysed": 3, "dropped": 0} and not summary["sink_failures"]
     # Lightning's CSVLogger's metrics.csv (the trainer's own logger), and our CSV sink

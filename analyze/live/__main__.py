@@ -34,6 +34,7 @@ from spiketrace.analyze.present.health import health_lines
 from spiketrace.analyze.results import Analysis
 
 NOTE_PREFIX = "spiketrace live: "
+RUNNING_TRACE = "not complete (still being captured"  # analyze/trace/reader.py's warning of a running trace
 
 
 class RequestError(ValueError):
@@ -139,10 +140,14 @@ class Worker:
         opened anew (it has grown since the last request) and each step analysed with the step filter."""
         rows: list[dict[str, Any]] = []
         done = self.analysed.setdefault((str(Path(request.trace).resolve()), request.rank), set())
-        with warnings.catch_warnings(record=True) as caught, Analysis(request.trace, verify=False) as analysis:
+        # one DuckDB thread: the worker shares the machine with the training it watches
+        with warnings.catch_warnings(record=True) as caught, Analysis(request.trace, verify=False,
+                                                                      threads=1) as analysis:
             warnings.simplefilter("always")
             trace = analysis.trace
-            for line in [*health_lines(trace.health()), *(f"warning: {w}" for w in trace.warnings)]:
+            # a trace still being written is what the worker is for: that warning is no news
+            said = [w for w in trace.warnings if RUNNING_TRACE not in w]
+            for line in [*health_lines(trace.health()), *(f"warning: {w}" for w in said)]:
                 self.notes.say(f"{request.trace}: {line}")
             steps = request.steps
             if steps is None:

@@ -28,6 +28,7 @@ docs/live_analysis.md lists the scalars and the worker's protocol.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -111,10 +112,16 @@ class LiveAnalysis:
                     log.warning("spiketrace: live analysis is %d cycles behind; the oldest queued cycle (steps %s) "
                                 "is dropped", self.max_pending, sorted(dropped["steps"].values()))
             self._pending.append(request)
-            if self._thread is None:
+            self._wake.notify()
+        self.start()
+
+    def start(self) -> None:
+        """Start the worker process now (else at the first cycle): a framework callback starts it
+        with the run, so that its start-up is not paid inside a recorded step."""
+        with self._wake:
+            if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._work, name="spiketrace-live-analysis", daemon=True)
                 self._thread.start()
-            self._wake.notify()
 
     def poll(self) -> list[dict]:
         """Hand the answers that arrived to `deliver`'s sinks; returns their rows."""
@@ -169,6 +176,7 @@ class LiveAnalysis:
             self._error(f"the analysis process did not start: {exc}")
             self._abandon()
             return
+        _yield_cpu(self._process.pid)
         try:
             while self._serve_one():
                 pass
@@ -248,3 +256,13 @@ class LiveAnalysis:
             self._errors.append(error)
         if len(self._errors) == 1:
             log.warning("spiketrace: live analysis: %s", error)
+
+
+def _yield_cpu(pid: int) -> None:
+    """The training comes first: the worker runs only on CPU time nothing else wants (Linux's
+    SCHED_IDLE), or at the lowest priority where that policy is missing."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, pid, 19)

@@ -94,6 +94,13 @@ class LoopRecorder:
         self._guard(self._end_run_now, "end_run", False)  # a run the framework never ended
         self._run = (kind, os.fspath(path), model, optimizers)
         self._counts = {}
+        # The worker process starts with the run, before its steps: its start-up (a Python that
+        # imports the analysis) is not paid inside a recorded step. No scalars if it cannot be
+        # set up; the recording goes on.
+        if self.make_live is not None:
+            self.live = self._guard(self.make_live, "live_analysis")
+            if self.live is not None:
+                self._guard(self.live.start, "live_analysis")
 
     def end_run(self, failed: bool = False) -> None:
         """The run ends: the last step is closed, its cycle analysed, the trace closed."""
@@ -171,8 +178,6 @@ class LoopRecorder:
         self.traces.append(path)
         recorder.writer.manifest["loop"] = {"framework": self.framework, "run": kind,
                                             "schedules": self._rule.description}
-        # no scalars if the analysis cannot be set up; the recording goes on
-        self.live = self._guard(self.make_live, "live_analysis") if self.make_live is not None else None
         return recorder
 
     def _close_stage(self) -> None:
@@ -203,6 +208,9 @@ class LoopRecorder:
             return
         self._run = None
         recorder = self.recorder
+        if recorder is None and self.live is not None:  # nothing was recorded: no scalars to wait for
+            live, self.live = self.live, None
+            live.close()
         try:
             self._close_stage()
             self._step_open = False

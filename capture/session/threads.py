@@ -65,6 +65,7 @@ SERVICE_THREADS = (
     "tqdm._monitor",  # TMonitor: wakes every 10 s to refresh bars
     "ipykernel.iostream", "ipykernel.heartbeat", "ipykernel.parentpoller",  # a Jupyter kernel's
     "IPython.core.history",  # HistorySavingThread: writes the input history to sqlite
+    "spiketrace.capture.live.analysis",  # LiveAnalysis: hands cycles to its worker process through a pipe
 )
 _HANDLER_CODE = dispatch.RecordingMode.__torch_dispatch__.__code__
 
