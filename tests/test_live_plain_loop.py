@@ -18,7 +18,10 @@ from spiketrace.capture.session.example import SpikingMLP, example_batch
 from tests.sink_readers import read_csv, read_tensorboard
 
 
-def train(path, steps: int, live, record=schedule(wait=1, active=1)) -> None:
+EVERY_SECOND_STEP = schedule(wait=1, active=1)
+
+
+def train(path, steps: int, live, record=EVERY_SECOND_STEP) -> None:
     torch.manual_seed(0)
     net = SpikingMLP()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
