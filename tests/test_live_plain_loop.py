@@ -17,7 +17,6 @@ from spiketrace.capture.live import CsvSink, LiveAnalysis, TensorBoardSink
 from spiketrace.capture.session.example import SpikingMLP, example_batch
 from tests.sink_readers import read_csv, read_tensorboard
 
-
 EVERY_SECOND_STEP = schedule(wait=1, active=1)
 
 
