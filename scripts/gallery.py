@@ -2,7 +2,7 @@
 
 Captures the demo's training step (spiketrace.capture.session.example.record_demo), sweeps two compute-model
 preset keys with recost, and writes every plot kind of spiketrace.analyze.present.plots as PNG into OUT_DIR
-(default docs/gallery/).
+(default docs/gallery/), and the scalars a short Lightning run logged (spiketrace.capture.lightning).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.energy import recost
 from spiketrace.analyze.energy.comparison import compare
-from spiketrace.analyze.present import comparison, plots
+from spiketrace.analyze.present import comparison, logged_scalars, plots
 from spiketrace.capture.session.example import record_demo
 
 
@@ -35,9 +35,49 @@ def main(out: Path) -> None:
                 # the demo's input is [T=4, B=8, ...]: 8 samples (NeuroBench's batch-first rule would take T)
                 "chips_and_paper": comparison.figure(compare(trace, samples=8, stage="forward")),
             }
+            figures["logged_scalars"] = logged_scalars.figure(lightning_scalars(Path(work)))
             for name, figure in figures.items():
                 figure.set_dpi(80)
                 print(plots.save(figure, out / f"{name}.png"))
+
+
+def lightning_scalars(work: Path) -> Path:
+    """Train a SpikingJelly classifier 3 epochs with Lightning and the callback (every 4th step
+    recorded), its scalars in a CSV sink: the README's picture of the logged curves (the model
+    and data of notebooks/10_lightning_logged_energy.ipynb)."""
+    import lightning as L
+    import torch
+    from spikingjelly.activation_based import functional, layer, neuron, surrogate
+
+    from spiketrace.capture import schedule
+    from spiketrace.capture.lightning import SpiketraceCallback
+    from spiketrace.capture.live import CsvSink
+
+    class SpikingClassifier(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                layer.Linear(64, 128), neuron.LIFNode(surrogate_function=surrogate.ATan()),
+                layer.Linear(128, 10), neuron.LIFNode(surrogate_function=surrogate.ATan()))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            rate = sum(self.net(x) for _ in range(4)) / 4
+            functional.reset_net(self.net)
+            return torch.nn.functional.cross_entropy(rate, y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.rand(512, 64), torch.randint(0, 10, (512,)))
+    callback = SpiketraceCallback(work / "traces", schedule=schedule(wait=3, active=1),
+                                  sinks=[CsvSink(work / "scalars.csv")], max_pending=64,  # keep every cycle
+                                  energy=[(None, None), ("paper", "paper-fp32-45nm")])
+    L.Trainer(max_epochs=3, callbacks=[callback], accelerator="cpu", logger=False, enable_progress_bar=False,
+              enable_model_summary=False, enable_checkpointing=False).fit(
+        SpikingClassifier(), torch.utils.data.DataLoader(data, batch_size=32))
+    return work / "scalars.csv"
 
 
 if __name__ == "__main__":

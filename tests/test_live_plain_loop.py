@@ -10,6 +10,7 @@ import logging
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from spiketrace.capture import Recorder, schedule
@@ -90,3 +91,21 @@ def test_a_failing_sink_never_reaches_the_loop(tmp_path, caplog):
     assert [f["sink"] for f in failures] == ["csv"]
     assert sum("csv" in r.getMessage() for r in caplog.records) == 1
     assert sorted(read_tensorboard(tmp_path / "tb")) == [1, 3]
+
+
+def test_the_logged_scalars_figure_draws_each_scalar_logged(tmp_path):
+    from spiketrace.analyze.present import logged_scalars
+
+    sink = tmp_path / "scalars.csv"
+    sink.write_text("step,recorder_step,name,value\n"
+                    "1,0,spiketrace/energy_pj,1000.0\n1,0,spiketrace/synop,10\n1,0,spiketrace/spike_rate/L.sn,0.1\n"
+                    "5,1,spiketrace/energy_pj,3000.0\n5,1,spiketrace/synop,30\n5,1,spiketrace/spike_rate/L.sn,0.3\n")
+    figure = logged_scalars.figure(sink)
+    titles = [axes.get_title(loc="left") for axes in figure.axes]
+    assert titles == ["spiketrace/energy_pj", "spiketrace/synop", "spike rate per layer"]
+    # the energy panel in nJ (1000 and 3000 pJ), at the logged steps
+    x, y = figure.axes[0].lines[0].get_data()
+    assert list(x) == [1, 5] and list(y) == [1.0, 3.0] and figure.axes[0].get_ylabel() == "energy (nJ)"
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv: not a spiketrace CSV sink"):
+        logged_scalars.figure(tmp_path / "other.csv")

@@ -146,6 +146,8 @@ class LiveAnalysis:
         """Wait (at most `timeout`, default drain_timeout, seconds) for the queued cycles, stop
         the worker, deliver the last answers."""
         limit = self.drain_timeout if timeout is None else timeout
+        if self._process is not None:  # the run is over: what is left of the analysis may have the CPU
+            _take_cpu(self._process.pid)
         with self._wake:
             self._wake.wait_for(lambda: not self._pending and not self._busy, timeout=limit)
             self._closing = True
@@ -266,3 +268,9 @@ def _yield_cpu(pid: int) -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
+def _take_cpu(pid: int) -> None:
+    """Back to the ordinary policy (allowed from SCHED_IDLE unprivileged, within RLIMIT_NICE)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))

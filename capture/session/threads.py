@@ -64,6 +64,7 @@ MANIFEST_KEY = "unrecorded_threads"
 SERVICE_THREADS = (
     "tqdm._monitor",  # TMonitor: wakes every 10 s to refresh bars
     "ipykernel.iostream", "ipykernel.heartbeat", "ipykernel.parentpoller",  # a Jupyter kernel's
+    "ipykernel.control", "ipykernel.shellchannel",  # ipykernel 7: the control and message-routing threads
     "IPython.core.history",  # HistorySavingThread: writes the input history to sqlite
     "spiketrace.capture.live.analysis",  # LiveAnalysis: hands cycles to its worker process through a pipe
 )
