@@ -32,6 +32,9 @@ class CounterResult:
     # counter, <totals_by columns>, value: each counter's Global value per group, when the
     # engine was asked for totals_by (engine.count_events); None otherwise
     group_totals: pd.DataFrame | None = None
+    # the counters asked for (or implied by the default set or the convention), in that order:
+    # one that counted nothing has no row in `frame` and is reported at 0 all the same
+    counters: tuple[str, ...] = ()
 
     def coverage(self, counter: str, weight: str = "bytes") -> float:
         """Fraction of the work `counter` applies to that some rule covers: weighted by the
@@ -47,7 +50,7 @@ class CounterResult:
 
     def totals(self) -> dict[str, int]:
         """Total per counter (its value at scope Global), 0 for a counter that counted nothing."""
-        totals = {c: 0 for c in self.frame["counter"].unique()}
+        totals = {c: 0 for c in dict.fromkeys([*self.counters, *self.frame["counter"].unique()])}
         globals_ = self.frame[self.frame["scope"] == "Global"]
         totals.update({c: int(v) for c, v in globals_.groupby("counter")["value"].sum().items()})
         return totals

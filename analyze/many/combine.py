@@ -122,6 +122,7 @@ def add_counter_results(results: list[CounterResult]) -> CounterResult:
         not_applicable=uncovered["not_applicable"],
         details=details.astype({"value": "int64"}),
         group_totals=group_totals,
+        counters=tuple(dict.fromkeys(name for r in results for name in r.counters)),
     )
 
 
