@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -172,6 +172,11 @@ EXTRA_RULES: dict[str, str] = {
     "aten._log_softmax.default": "(4 * a0_numel)",
     # grad - exp(out) * sum(grad): exp, product, the sum's add, the subtraction
     "aten._log_softmax_backward_data.default": "(4 * o0_numel)",
+    # softmax as log_softmax: exp(x - max) / sum(exp(x - max)): the subtraction, exp, the sum's
+    # add, the division (_safe_softmax, attention's, also zeroes fully masked rows: no arithmetic)
+    **{op: "(4 * a0_numel)" for op in ("aten._softmax.default", "aten._safe_softmax.default", "aten.softmax.int")},
+    # out * (grad - sum(grad * out)): the product, the sum's add, the subtraction, the product
+    "aten._softmax_backward_data.default": "(4 * o0_numel)",
     # per target: the negation and the sum (forward) or the scale (backward)
     "aten.nll_loss_forward.default": "(2 * a1_numel)",
     "aten.nll_loss_backward.default": "(2 * a2_numel)",
@@ -186,6 +191,8 @@ _LAYER_NORM = (
     " + CASE WHEN a3_present THEN a0_numel ELSE 0 END)"
 )
 EXTRA_RULES["aten.native_layer_norm.default"] = _LAYER_NORM
+# Activation functions and their backward ops: one FLOP per element (analyze/counters/activations.py).
+EXTRA_RULES.update(activations.FLOP)
 
 # Composite ops recorded whole (analyze/counters/undecomposed.py): the FLOPs of their decomposition.
 # conv{n}d: convolution's 2 * C_in/g * prod(K) * prod(O) * C_out * N, with prod(O) * C_out * N =

@@ -7,7 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
 
 
@@ -109,8 +109,8 @@ RULES: dict[str, str] = {
     },
 }
 
-# Beyond SpikingJelly (no rule there; docs/deviations.md): the optimizer and loss ops the FLOP
-# counter also covers read every operand and write every result once.
+# Beyond SpikingJelly (no rule there; docs/deviations.md): the optimizer, loss, softmax and
+# activation ops the FLOP counter also covers read every operand and write every result once.
 EXTRA_RULES: dict[str, str] = {
     **{op: "tensor_bytes" for op in (
         *(f"aten.{name}.default" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")),
@@ -119,7 +119,10 @@ EXTRA_RULES: dict[str, str] = {
                                                "exp", "exp_", "log", "log_")),
         "aten.mse_loss.default", "aten.mse_loss_backward.default", "aten._log_softmax.default",
         "aten._log_softmax_backward_data.default", "aten.nll_loss_forward.default", "aten.nll_loss_backward.default",
+        "aten._softmax.default", "aten._safe_softmax.default", "aten.softmax.int", "aten._softmax_backward_data.default",
     )},
+    # activation functions and their backward ops (analyze/counters/activations.py)
+    **activations.BYTES,
     # a new tensor written once
     **{f"aten.{name}.default": b("o0") for name in ("zeros_like", "empty_like")},
 }
