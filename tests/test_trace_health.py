@@ -63,7 +63,7 @@ def test_tables_say_degraded_on_stderr_first(unhealthy):
     head = run("info", unhealthy).stdout.split("\n\n")[0]  # the facts, before the first blank line
     facts = dict(line.split(None, 1) for line in head.splitlines())
     assert facts["capture"] == "DEGRADED: capture failed 2 times (2 kinds)"
-    assert facts["compiled"] == "yes (eager graph recorded)"
+    assert facts["torch.compile"] == "yes (eager graph recorded)"  # the user's torch.compile, seen
     assert facts["tracker_underflows"] == "CrossEntropyLoss x1"
 
 
@@ -98,9 +98,10 @@ def test_report_opens_with_a_banner_and_findings(unhealthy, sound):
     banner = page.index('<p class="banner" id="degraded" role="alert">DEGRADED: capture failed 2 times: ')
     assert banner < page.index('<section id="summary">')
     findings = page[page.index('<ul class="findings">'):]
-    assert findings.index("<strong>capture degraded</strong>") < findings.index("<strong>compiled</strong>") \
+    assert findings.index("<strong>capture degraded</strong>") < findings.index("<strong>torch.compile</strong>") \
         < findings.index("<strong>tracker underflow</strong>") < findings.index("</ul>")
-    assert "<dt>compiled</dt><dd>yes (eager graph recorded)</dd>" in page
+    assert "<dt>torch.compile</dt><dd>yes (eager graph recorded)</dd>" in page
+    assert "<dt>compiled_record</dt><dd>" in page  # spiketrace's own compiled record, apart
     assert "<dt>tracker_underflows</dt><dd>CrossEntropyLoss x1</dd>" in page
     clean = build_report(sound, model="compute")
     assert 'class="banner"' not in clean and "<dt>capture</dt><dd>sound</dd>" in clean

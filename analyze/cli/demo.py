@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import shutil
 from pathlib import Path
 
@@ -55,8 +56,14 @@ def demo(out: str, output_format: str, force: bool) -> None:
             click.echo(f"\n{model} energy ({selection_label(analysis.trace, model)}, {DEFAULT_PRESETS[model]}): "
                        f"{format_energy(report.energy_total_pj)}; by stage: "
                        + ", ".join(f"{safe_line(k)} {format_energy(v)}" for k, v in report.energy_by_stage.items()))
-            click.echo(f"next: spiketrace counts {out} --by op | spiketrace energy {out} --by stage | "
-                       f"spiketrace report {out} --out report.html")
+            click.echo("\nnext, try:\n" + "\n".join(f"  {command}" for command in next_commands(out)))
+
+
+def next_commands(out: str) -> list[str]:
+    """What to try on the demo's trace, each a shell command of its own (OUT quoted for the shell)."""
+    trace = safe_line(shlex.quote(out))
+    return [f"spiketrace counts {trace} --by op", f"spiketrace energy {trace} --by stage",
+            f"spiketrace report {trace} --out report.html"]
 
 
 def _make_room(out: Path, force: bool) -> None:

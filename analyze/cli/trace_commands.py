@@ -1,7 +1,8 @@
 """Commands that read a trace as it is: info, views, sql, validate, collectives.
 
 `info --format json` prints one object: {"trace": Trace.summary() (with Trace.health():
-degraded, compiled, compiled_seen, tracker_underflows), "ops": [{"op", "count"}], "stages":
+degraded, compiled, compiled_seen, tracker_underflows), "ops": [{"op", "count"}] (every op),
+"markers": [{"op", "count"}] (those of them that are torch.profiler markers: no work), "stages":
 [rows of the stages view], "modules": [...], "collectives": [per kind: calls, input_bytes,
 output_bytes, bus_bytes], "selection": {the filters given; only when some were}}. `sql` and
 `collectives --format json` print a list of row objects; `validate --format json` one object:
@@ -55,7 +56,7 @@ from spiketrace.analyze.cli.app import (
 )
 from spiketrace.analyze.present.health import degraded_summary, health_facts, health_lines
 from spiketrace.analyze.present.safe_text import json_text, safe_line
-from spiketrace.analyze.trace import OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
+from spiketrace.analyze.trace import MARKERS_QUERY, OP_COUNTS_QUERY, STAGES_QUERY, Trace, open_trace
 from spiketrace.analyze.trace.breakdown import MODULE_BREAKDOWN_QUERY, module_breakdown
 from spiketrace.analyze.trace.spill import remove_orphans
 
@@ -95,6 +96,7 @@ def print_info(trace: Trace, output_format: str, selection=None, out: str | None
         document = {
             "trace": summary,
             "ops": _rows(trace, OP_COUNTS_QUERY),
+            "markers": _rows(trace, MARKERS_QUERY),
             "stages": _rows(trace, STAGES_QUERY),
             "modules": _rows(trace, MODULE_BREAKDOWN_QUERY),
             "collectives": collectives,
@@ -113,7 +115,7 @@ def print_info(trace: Trace, output_format: str, selection=None, out: str | None
         "steps_recorded": summary["steps_recorded"],
         "versions": json.dumps(summary["versions"]),
         "metadata": json.dumps(summary["metadata"], default=str),
-        **health_facts(summary),
+        **health_facts(summary, trace.manifests),
     }
     if selection:
         facts["selection"] = selection.describe()
@@ -123,9 +125,23 @@ def print_info(trace: Trace, output_format: str, selection=None, out: str | None
     if collectives:
         lines += ["\ncollectives (all ranks; bytes; bus: per-link traffic of a ring algorithm):",
                   _table(pd.DataFrame(collectives))]
-    lines += ["\nops:", _table(trace.op_counts()), "\nstages:", _table(trace.stages()),
-              "\nops per module scope (SpikingJelly attribution) and output spike rate:", _table(module_breakdown(trace))]
+    ops, markers = trace.op_counts(), trace.sql(MARKERS_QUERY)
+    lines += ["\nops:", _table(ops[~ops["op"].isin(markers["op"])].reset_index(drop=True))]
+    if len(markers):
+        lines += ["\nprofiler markers (torch.profiler record_function ranges, optimizer.step()'s too: they mark, "
+                  "they do no work):",
+                  _table(markers)]
+    lines += ["\nstages:", _table(trace.stages()),
+              "\nops per module scope (SpikingJelly attribution) and output spike rate (—: no binary output):",
+              _table(_rates_shown(module_breakdown(trace)))]
     emit_text("\n".join(lines), out)
+
+
+def _rates_shown(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """The module table as text shows it: a scope with no binary output (a Linear, a container,
+    Global) has no spike rate, "—" rather than NaN."""
+    rates = breakdown["spike_rate"].map(lambda rate: "—" if pd.isna(rate) else f"{rate:.4f}")
+    return breakdown.assign(spike_rate=rates)
 
 
 @main.command()

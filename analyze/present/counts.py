@@ -51,6 +51,7 @@ import pandas as pd
 from spiketrace.analyze.counters.result import CounterResult
 from spiketrace.analyze.present.safe_text import safe, safe_line
 from spiketrace.analyze.present.units import human, human_bytes
+from spiketrace.analyze.trace import PROFILER_MARKER_PREFIX
 from spiketrace.analyze.trace.facts import trace_json
 
 VIEWS = ("scope", "op", "stage", "module-type")
@@ -77,8 +78,9 @@ def percent(fraction: float) -> str:
 
 
 def counter_names(result: CounterResult) -> list[str]:
-    """The counters of `result`, in the order they were asked for."""
-    seen = list(result.frame["counter"]) + list(result.unsupported.get("counter", []))
+    """The counters of `result`, in the order they were asked for: those that counted nothing
+    included (docs/counts_json.md promises every counter asked for a total, 0 or not)."""
+    seen = [*result.counters, *result.frame["counter"], *result.unsupported.get("counter", [])]
     return list(dict.fromkeys(seen))
 
 
@@ -263,6 +265,8 @@ def _share(value: float, total: int) -> str:
 
 def _by_op(result: CounterResult, names: list[str], top: int) -> list[str]:
     totals = scope_totals(result.frame)
+    # torch.profiler's markers do no work: neuron_state lists every op, theirs at 0, in no op table
+    totals = totals[~totals["op"].astype(str).str.startswith(PROFILER_MARKER_PREFIX)]
     lines: list[str] = []
     for name in names:
         rows = totals[(totals["counter"] == name) & (totals["scope"] == "Global")].sort_values(

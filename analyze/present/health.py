@@ -117,14 +117,37 @@ def degraded_summary(health: dict) -> str | None:
     return f"capture failed {_times(failures)} ({len(entries)} kind{'' if len(entries) == 1 else 's'})"
 
 
-def health_facts(health: dict) -> dict[str, str]:
-    """Short fields for `info` and the report's facts: capture, compiled, tracker underflows,
-    unrecorded threads."""
+def compiled_record(manifests: dict) -> str:
+    """Whether the capture recorded its ops in compiled code (the manifest's settings: `native`,
+    the C extension was built, and its fast path `native_record` on): "yes", "no (...)" saying
+    why, "unknown" for a trace that does not say, or per rank where ranks differ. The trace is
+    the same either way; only the capture's speed differs."""
+    def of(manifest: dict) -> str:
+        settings = manifest.get("settings") or {}
+        if "native" not in settings:
+            return "unknown"
+        if not settings["native"]:
+            return "no (the C extension was not built: Python record)"
+        if "native_record" not in (settings.get("fast_paths") or []):
+            return "no (switched off: SPIKETRACE_SLOW_PATHS)"
+        return "yes"
+
+    per_rank = {rank: of(manifest) for rank, manifest in sorted(manifests.items())}
+    if len(set(per_rank.values())) <= 1:
+        return next(iter(per_rank.values()), "unknown")
+    return ", ".join(f"rank {rank}: {said}" for rank, said in per_rank.items())
+
+
+def health_facts(health: dict, manifests: dict | None = None) -> dict[str, str]:
+    """Short fields for `info` and the report's facts: capture, torch.compile, the compiled
+    record (with the trace's `manifests`), tracker underflows, unrecorded threads. torch.compile
+    is the user's (seen while capturing), apart from spiketrace's own compiled record."""
     summary = degraded_summary(health)
     underflows = health.get("tracker_underflows") or []
     return {
         "capture": f"DEGRADED: {summary}" if summary else "sound",
-        "compiled": "yes (eager graph recorded)" if health.get("compiled") else "no",
+        "torch.compile": "yes (eager graph recorded)" if health.get("compiled") else "no",
+        **({"compiled_record": compiled_record(manifests)} if manifests is not None else {}),
         "tracker_underflows": ", ".join(f"{u.get('tracker_name')} x{u.get('count')}" for u in underflows) or "none",
         "unrecorded_threads": _thread_names(health.get("unrecorded_threads") or []) or "none",
     }
@@ -133,7 +156,7 @@ def health_facts(health: dict) -> dict[str, str]:
 def health_findings(health: dict) -> list[dict]:
     """The report's first findings (headline, detail, warn), as report.findings makes them."""
     found = []
-    for headline, line in (("capture degraded", degraded_line(health)), ("compiled", compiled_line(health)),
+    for headline, line in (("capture degraded", degraded_line(health)), ("torch.compile", compiled_line(health)),
                            ("tracker underflow", underflow_line(health)),
                            ("threads not recorded", unrecorded_threads_line(health)),
                            ("torch limitations", torch_limitations_line(health))):
@@ -162,4 +185,5 @@ def report_health(trace, model: str) -> dict:
     health = trace.health()
     note = recompute_note(recomputed_events(trace), recompute_default(model, None))
     return {"banner": degraded_line(health), "findings": health_findings(health),
-            "facts": list(health_facts(health).items()), "caveats": [note.removeprefix("note: ")] if note else []}
+            "facts": list(health_facts(health, trace.manifests).items()),
+            "caveats": [note.removeprefix("note: ")] if note else []}

@@ -5,7 +5,17 @@ sql_views/), spill directories (spill.py), and the opened `Trace` (reader.py).""
 
 from spiketrace.analyze.trace.manifest import COMPLETE, TraceError, TraceNotFoundError, TraceVersionError
 from spiketrace.analyze.trace.parts import Part
-from spiketrace.analyze.trace.reader import OP_COUNTS_QUERY, STAGES_QUERY, Trace, TraceChangedError, accepts_path, open_trace
+from spiketrace.analyze.trace.reader import (
+    MARKERS_QUERY,
+    OP_COUNTS_QUERY,
+    PROFILER_MARKER_PREFIX,
+    STAGES_QUERY,
+    Trace,
+    TraceChangedError,
+    accepts_path,
+    open_trace,
+)
 
-__all__ = ["COMPLETE", "OP_COUNTS_QUERY", "STAGES_QUERY", "Part", "Trace", "TraceChangedError", "TraceError",
+__all__ = ["COMPLETE", "MARKERS_QUERY", "OP_COUNTS_QUERY", "PROFILER_MARKER_PREFIX",
+           "STAGES_QUERY", "Part", "Trace", "TraceChangedError", "TraceError",
            "TraceNotFoundError", "TraceVersionError", "accepts_path", "open_trace"]

@@ -38,6 +38,12 @@ from spiketrace.analyze.trace.spill import remove_orphans
 from spiketrace.analyze.trace.views import create_views
 
 OP_COUNTS_QUERY = "SELECT op, count(*) AS count FROM events GROUP BY op ORDER BY count DESC, op"
+# torch.profiler's markers: record_function ranges (optimizer.step() opens one, as does any
+# `with torch.profiler.record_function(...)`) reach the dispatcher as `profiler.*` ops that
+# mark a range and do no work. Tables of work list them apart (counters: not applicable).
+PROFILER_MARKER_PREFIX = "profiler."
+MARKERS_QUERY = (f"SELECT op, count(*) AS count FROM events WHERE starts_with(op, '{PROFILER_MARKER_PREFIX}') "
+                 "GROUP BY op ORDER BY count DESC, op")
 STAGES_QUERY = "SELECT * FROM stages ORDER BY rank, begin_seq"
 
 

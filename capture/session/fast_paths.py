@@ -6,11 +6,17 @@ environment variable SPIKETRACE_SLOW_PATHS (comma-separated names, or `all`), re
 Recorder opens: tests/test_fast_paths.py takes a trace with each one off and compares it,
 column by column, with the trace taken with all of them on; a user who suspects one can
 take the slow path the same way.
+
+The paths that run compiled code (`COMPILED`) are on only where the install built the C
+extension (capture/native `AVAILABLE`): the manifest's settings list the paths that ran, so
+a trace taken without the extension names none of them.
 """
 
 from __future__ import annotations
 
 import os
+
+from spiketrace.capture import native
 
 FAST_PATHS = {
     "interned_arguments": "argument JSON encoded once per (op, argument structure), not per call",
@@ -30,18 +36,27 @@ FAST_PATHS = {
                        "(capture/native/record/dispatch.c) instead of a Python __torch_dispatch__",
 }
 
+# The fast paths that are compiled code (capture/native/): none of them runs without the extension.
+COMPILED = frozenset({"native_statistics", "native_operand_statistics", "shared_scans", "native_record",
+                      "native_dispatch"})
+
 ENVIRONMENT_VARIABLE = "SPIKETRACE_SLOW_PATHS"
 
 
+def available_fast_paths() -> frozenset[str]:
+    """The fast paths this install can run: all, or without the compiled ones where the C
+    extension was not built."""
+    return frozenset(FAST_PATHS) if native.AVAILABLE else frozenset(FAST_PATHS) - COMPILED
+
+
 def enabled_fast_paths() -> frozenset[str]:
-    """The fast paths on for a Recorder opening now; an unknown name is misuse and raises."""
+    """The fast paths on for a Recorder opening now: those available, less those switched off;
+    an unknown name is misuse and raises (a compiled path's name is known, built or not)."""
     value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-    if not value:
-        return frozenset(FAST_PATHS)
     if value == "all":
         return frozenset()
     off = {name.strip() for name in value.split(",") if name.strip()}
     unknown = sorted(off - set(FAST_PATHS))
     if unknown:
         raise ValueError(f"{ENVIRONMENT_VARIABLE}: unknown fast path(s) {unknown}; known: {sorted(FAST_PATHS)}")
-    return frozenset(FAST_PATHS) - off
+    return available_fast_paths() - off
