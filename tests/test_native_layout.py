@@ -225,3 +225,14 @@ def test_every_name_the_record_reads_is_on_what_it_reads_it_from(tmp_path):
     for op in (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor, torch.ops.aten.rsub.Scalar):
         assert keywords <= {argument.name for argument in op._schema.arguments}, op
     assert ("tensor", "_version") in reads  # torch's own attribute, listed like the rest
+
+
+def test_the_module_calls_its_parts_and_no_part_calls_back():
+    """scan/module.c owns the table of the module's types: no other C file calls a function
+    module.c defines (each type's file once called native_add_type there, which module.c's
+    init called in turn: a circle)."""
+    module = ROOT / "capture" / "native" / "scan" / "module.c"
+    defined = {name for name, _ in c_functions(module.read_text())}
+    callers = {f"{p.relative_to(ROOT)}: {name}" for p in C_FILES if p != module and p.suffix == ".c"
+               for name in defined if re.search(rf"\b{name}\s*\(", p.read_text())}
+    assert defined and not callers, callers

@@ -15,9 +15,6 @@
 /* The most dimensions a tensor the kernels read may have. */
 #define MAX_DIMS 64
 
-/* type ready and added to the module as `name`: 0, or -1 with an exception set (scan/module.c). */
-int native_add_type(PyObject *module, PyTypeObject *type, const char *name);
-
 /* scan/scan.c: the counts of one tensor's memory (nnz, and the ones where count_ones and the
  * first element is 0 or 1, else -1), its arguments checked by the caller: 0, or -1 with an
  * exception set. */
@@ -30,12 +27,16 @@ int native_scan_counts(uintptr_t address, int64_t element_size, uint64_t zero_ma
 int int_column_check(PyObject *object);
 int int_column_append(PyObject *object, long long v);
 
-/* Each part's types and constants added to the module: 0, or -1 with an exception set. */
-int native_add_column_type(PyObject *module);   /* scan/column.c */
-int native_add_interface(PyObject *module);     /* record/interface.c: first, it interns the names */
-int native_add_counter_type(PyObject *module);  /* record/counter.c */
-int native_add_record_type(PyObject *module);   /* record/recorder.c */
-int native_add_dispatch_type(PyObject *module); /* record/dispatch.c */
+/* The types the parts define. scan/module.c's table readies them and adds them to the module:
+ * the module calls into its parts, no part calls back into the module. */
+extern PyTypeObject IntColumnType;        /* scan/column.c */
+extern PyTypeObject CounterType;          /* record/counter.c */
+extern PyTypeObject OpRecorderType;       /* record/recorder.c */
+extern PyTypeObject DispatchHandlerType;  /* record/dispatch.c */
+
+/* record/interface.c: its constants added to the module (it interns the names first): 0, or
+ * -1 with an exception set. */
+int native_add_interface(PyObject *module);
 
 /* The module's functions, each documented in scan/module.c's method table. */
 PyObject *native_scan(PyObject *self, PyObject *args);                               /* scan/scan.c */

@@ -13,7 +13,6 @@ typedef struct {
     long long value;
 } Counter;
 
-static PyTypeObject CounterType;
 
 long long counter_take(PyObject *counter) {
     if (Py_IS_TYPE(counter, &CounterType)) return ((Counter *)counter)->value++;
@@ -54,7 +53,7 @@ static PyMethodDef Counter_methods[] = {
     {NULL},
 };
 
-static PyTypeObject CounterType = {
+PyTypeObject CounterType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spiketrace.capture.native._native.Counter",
     .tp_basicsize = sizeof(Counter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -65,7 +64,3 @@ static PyTypeObject CounterType = {
     .tp_methods = Counter_methods,
     .tp_doc = "Counter(value=0): a counter the compiled record advances without a Python int per step",
 };
-
-int native_add_counter_type(PyObject *module) {
-    return native_add_type(module, &CounterType, "Counter");
-}

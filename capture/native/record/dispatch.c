@@ -228,7 +228,7 @@ static PyMemberDef DispatchHandler_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyTypeObject DispatchHandlerType = {
+PyTypeObject DispatchHandlerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spiketrace.capture.native._native.DispatchHandler",
     .tp_basicsize = sizeof(DispatchHandler),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -242,7 +242,3 @@ static PyTypeObject DispatchHandlerType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(DispatchHandler, vectorcall),
 };
-
-int native_add_dispatch_type(PyObject *module) {
-    return native_add_type(module, &DispatchHandlerType, "DispatchHandler");
-}

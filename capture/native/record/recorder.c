@@ -140,7 +140,7 @@ static PyMemberDef OpRecorder_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyTypeObject OpRecorderType = {
+PyTypeObject OpRecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spiketrace.capture.native._native.OpRecorder",
     .tp_basicsize = sizeof(OpRecorder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -153,7 +153,3 @@ static PyTypeObject OpRecorderType = {
     .tp_methods = OpRecorder_methods,
     .tp_members = OpRecorder_members,
 };
-
-int native_add_record_type(PyObject *module) {
-    return native_add_type(module, &OpRecorderType, "OpRecorder");
-}

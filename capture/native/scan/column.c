@@ -14,7 +14,6 @@
  */
 #include "native.h"
 
-static PyTypeObject IntColumnType;
 
 typedef struct {
     PyObject_HEAD
@@ -285,7 +284,7 @@ static PyMappingMethods column_mapping = {.mp_length = (lenfunc)column_length,
                                           .mp_subscript = (binaryfunc)column_subscript,
                                           .mp_ass_subscript = (objobjargproc)column_ass_subscript};
 
-static PyTypeObject IntColumnType = {
+PyTypeObject IntColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spiketrace.capture.native._native.IntColumn",
     .tp_doc = "IntColumn(typecode): a growable column of b, h, i or q integers (capture/native/scan/column.c)",
     .tp_basicsize = sizeof(IntColumn),
@@ -298,7 +297,3 @@ static PyTypeObject IntColumnType = {
     .tp_as_mapping = &column_mapping,
     .tp_repr = (reprfunc)column_repr,
 };
-
-int native_add_column_type(PyObject *module) {
-    return native_add_type(module, &IntColumnType, "IntColumn");
-}

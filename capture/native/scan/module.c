@@ -1,16 +1,31 @@
-/* spiketrace.capture.native._native: the module, its functions and the types and constants
- * each part adds (native.h says which part does what).
+/* spiketrace.capture.native._native: the module, its functions, and the table of the types the
+ * parts define (native.h says which part does what); the module calls its parts, never the
+ * other way round.
  *
  * Optional (pyproject.toml): where it cannot build, capture/native/__init__.py says so and the
  * Python paths run instead, recording the same trace. */
 #include "native.h"
 
-int native_add_type(PyObject *module, PyTypeObject *type, const char *name) {
-    if (PyType_Ready(type) < 0) return -1;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
-        Py_DECREF(type);
-        return -1;
+/* Every type of the module, under its Python name, in the order they are added. */
+static const struct {
+    PyTypeObject *type;
+    const char *name;
+} TYPES[] = {
+    {&OpRecorderType, "OpRecorder"},
+    {&IntColumnType, "IntColumn"},
+    {&DispatchHandlerType, "DispatchHandler"},
+    {&CounterType, "Counter"},
+};
+
+/* Each type readied and added to the module: 0, or -1 with an exception set. */
+static int add_types(PyObject *module) {
+    for (size_t i = 0; i < sizeof(TYPES) / sizeof(TYPES[0]); i++) {
+        if (PyType_Ready(TYPES[i].type) < 0) return -1;
+        Py_INCREF(TYPES[i].type);
+        if (PyModule_AddObject(module, TYPES[i].name, (PyObject *)TYPES[i].type) < 0) {
+            Py_DECREF(TYPES[i].type);
+            return -1;
+        }
     }
     return 0;
 }
@@ -52,8 +67,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "spiketrace.capture.n
 PyMODINIT_FUNC PyInit__native(void) {
     native_parallel_init();
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (native_add_interface(m) < 0 || native_add_record_type(m) < 0 || native_add_column_type(m) < 0 ||
-                      native_add_dispatch_type(m) < 0 || native_add_counter_type(m) < 0))
-        Py_CLEAR(m);
+    if (m != NULL && (native_add_interface(m) < 0 || add_types(m) < 0)) Py_CLEAR(m);
     return m;
 }
