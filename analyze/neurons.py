@@ -87,6 +87,7 @@ class NeuronModel:
     materialisations: tuple[str, ...] = SPIKINGJELLY_MATERIALISATIONS  # ops creating its state
     counted_by: tuple[str, ...] | None = None  # only these models recognise it (None: all)
     products: tuple[str, ...] = ()  # products it computes with its own weights inside its call (energy/stateful.py)
+    step_mode_attribute: bool = False  # multi-step when its step_mode attribute is 'm' (else by `multi_step`)
 
 
 def _snntorch(kind, potentials, decays, kept=(), decay=_BETA) -> NeuronModel:
@@ -105,12 +106,14 @@ _TAU_ALPHA = "NULL"  # mem = tau_alpha * (syn_exc + syn_inh): a multiply every s
 _SPIKINGJELLY_LEAKY = "((a->'tau') IS NOT NULL OR (a->'decay_input') IS NOT NULL)"
 _TAU = _number("->>'tau'")
 _SPIKINGJELLY_DECAY = f"CASE WHEN {_TAU} > 0 THEN 1.0 - 1.0 / {_TAU} END"
+_SPIKINGJELLY_RESET = ("CASE WHEN (a->'v_reset') IS NULL OR json_type(a->'v_reset') = 'NULL' THEN 'subtract' "
+                       "ELSE 'value' END")
 
 NEURONS: dict[str, NeuronModel] = {
     SPIKINGJELLY_BASE: NeuronModel(
         "spikingjelly", "IF", ("v",), decay=_SPIKINGJELLY_DECAY, decays=(_SPIKINGJELLY_DECAY,),
         threshold=_number("->>'v_threshold'"),
-        reset="CASE WHEN (a->'v_reset') IS NULL OR json_type(a->'v_reset') = 'NULL' THEN 'subtract' ELSE 'value' END"),
+        reset=_SPIKINGJELLY_RESET),
     SPIKINGJELLY_SIMPLE_BASE: NeuronModel(
         "spikingjelly", "IF", ("v",), threshold=_number("->>'v_threshold'"), counted_by=("spikesim",)),
     "snntorch._neurons.leaky.Leaky": _snntorch("LIF", ("mem",), (_BETA,)),
@@ -127,6 +130,15 @@ NEURONS: dict[str, NeuronModel] = {
         reset=_NORSE_BOX_RESET,
         materialisations=_NORSE_MATERIALISATIONS),
 }
+# Hand-written neurons that declare what they are (capture/modules/declared.py), read by
+# SpikingJelly's attribute names; costed as snnTorch's and Norse's are, in default mode only.
+_DECLARED = "spiketrace.capture.modules.declared."
+NEURONS[_DECLARED + "IFNeuron"] = NeuronModel(
+    "declared", "IF", ("v",), decay="1.0", decays=("1.0",), threshold=_number("->>'v_threshold'"),
+    reset=_SPIKINGJELLY_RESET, step_mode_attribute=True)
+NEURONS[_DECLARED + "LIFNeuron"] = NeuronModel(
+    "declared", "LIF", ("v",), decay=_SPIKINGJELLY_DECAY, decays=(_SPIKINGJELLY_DECAY,),
+    threshold=_number("->>'v_threshold'"), reset=_SPIKINGJELLY_RESET, step_mode_attribute=True)
 REFERENCE_COMPAT = ("spikingjelly", "qualia")  # compat modes in which only SpikingJelly's neurons count
 
 
@@ -194,8 +206,8 @@ def table_sql(model: str, compat: str | None = None) -> str:
     states = {name: memories if name in sj else str(len(n.potentials) + len(n.kept)) for name, n in models.items()}
     leak = {name: (f"CASE WHEN {_SPIKINGJELLY_LEAKY} THEN 1 ELSE 0 END" if name in sj else _changes(n.decays))
             for name, n in models.items()}
-    multi_step = {name: ("coalesce(a->>'step_mode', 's') = 'm'" if name in sj else str(n.multi_step).lower())
-                  for name, n in models.items()}
+    multi_step = {name: ("coalesce(a->>'step_mode', 's') = 'm'" if name in sj or n.step_mode_attribute
+                         else str(n.multi_step).lower()) for name, n in models.items()}
     framework = {name: repr(n.framework) for name, n in models.items()}
     return f"""
 SELECT rank, module_id, path, class_name, in_model, {column}, {_case(column, framework)} AS framework,

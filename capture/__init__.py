@@ -37,6 +37,8 @@ _LAZY = {
     "schedule": "spiketrace.capture.session.recorder",
     "record_training_step": "spiketrace.capture.session.scenarios",
     "record_inference": "spiketrace.capture.session.scenarios",
+    "IFNeuron": "spiketrace.capture.modules.declared",  # a hand-written neuron declares what it is
+    "LIFNeuron": "spiketrace.capture.modules.declared",
 }
 
 __all__ = sorted(name for name in _LAZY if not name.startswith("__"))

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from spiketrace.capture.modules.declared import LIFNeuron
 from spiketrace.capture.session.scenarios import record_training_step
 
 
@@ -31,13 +32,15 @@ class SpikeFunction(torch.autograd.Function):
         return grad_output * 4.0 * sigmoid * (1 - sigmoid)
 
 
-class LIF(nn.Module):
-    """Multi-step LIF neuron over inputs shaped [T, N, ...], hard reset to 0."""
+class LIF(LIFNeuron, nn.Module):
+    """Multi-step LIF neuron over inputs shaped [T, N, ...], hard reset to 0; declared a LIF
+    neuron (LIFNeuron), so every model that costs neurons costs its state update."""
 
     def __init__(self, tau: float = 2.0, v_threshold: float = 0.5) -> None:
         super().__init__()
         self.tau = tau
         self.v_threshold = v_threshold
+        self.v_reset = 0.0
         self.step_mode = "m"
         self._memories = {"v": 0.0}
 
