@@ -77,3 +77,17 @@ def test_a_rules_file_on_the_command_line(trace_path, tmp_path):
     bad = subprocess.run(["spiketrace", "counts", str(trace_path), "--rules", str(broken)], capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and str(broken) in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_spikingjellys_function_mode_rule_is_written_for_the_aten_op(tmp_path):
+    """SpikingJelly's test "FunctionCounterMode with a torch.add rule gives 1" (docs/deviations.md,
+    counter modes): torch.add, Tensor.add and `y + y` are one aten op below torch functions, so the
+    rule is keyed on aten.add.Tensor and counts each of the three calls once."""
+    y = torch.ones(2, 3)
+    with Recorder(tmp_path / "t") as recorder, recorder.stage("forward"):
+        torch.add(y, y)
+        y.add(y)
+        y + y
+    register_rule("aten.add.Tensor", "ac", "1")
+    with open_trace(tmp_path / "t") as trace:
+        assert count(trace, ["ac"]).spikingjelly("ac")["Global"]["aten.add.Tensor"] == 3
