@@ -53,11 +53,15 @@ RULES: list[Rule] = [
     for table, columns in _NON_NEGATIVE.items() for column in columns
 ] + [
     Rule("tensors", "shape", "list_min(shape) >= 0 OR len(shape) = 0", "sizes are never negative"),
-    Rule("tensors", "numel", f"numel = {_product('shape')}", "numel is the product of the shape"),
+    Rule("tensors", "numel", f"numel = CASE WHEN nested_shapes IS NULL THEN {_product('shape')} "
+         f"ELSE list_sum(list_transform(nested_shapes, lambda s: {_product('s')})) END",
+         "numel is the product of the shape (a nested tensor's: the sum of its components')"),
+    Rule("tensors", "nested_shapes", "shape[1] = len(nested_shapes)", "a nested tensor's shape counts its components"),
     Rule("tensors", "version", f"version >= {NO_VERSION_COUNTER}",
          f"never negative; {NO_VERSION_COUNTER} for an inference tensor (no version counter)"),
-    Rule("tensors", "stride", f"len(stride) = len(shape) OR (len(stride) = 0 AND storage_ptr = {NO_STORAGE})",
-         f"one stride per dimension; none for a non-strided layout (sparse: storage_ptr {NO_STORAGE})"),
+    Rule("tensors", "stride", f"len(stride) = len(shape) OR (len(stride) = 0 AND "
+         f"(storage_ptr = {NO_STORAGE} OR nested_shapes IS NOT NULL))",
+         f"one stride per dimension; none for a non-strided layout (sparse: storage_ptr {NO_STORAGE}) or a nested tensor"),
     Rule("tensors", "element_size", "element_size IN (1, 2, 4, 8, 16)", "bytes per element of a torch dtype"),
     Rule("tensors", "nnz", "nnz <= numel", "no more nonzeros than elements"),
     Rule("event_tensors", "role", "role IN ('arg', 'kwarg', 'out')", "arg, kwarg or out"),

@@ -12,12 +12,14 @@ from __future__ import annotations
 # adds its entry to CHANGELOG.md and CITATION.cff's version (tests/test_package_files.py).
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 # 1.1: events.recompute, module_events.recompute, the collectives table.
 # 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.
 # 1.3: op_stats values of new statistics (no new column): the NeuroBench pair counts and
 #      x_ternary, linear_marginal_dot, and the statistics of conv1d/2d/3d and linear recorded
 #      whole (schemas/statistics.py); a 1.2 trace lacks them and the analysis says so.
+# 1.4: tensors.nested_shapes; a nested tensor is recorded (null in shape at its ragged
+#      dimension, numel its components' total) where 1.3 left out the ops that touched one.
 
 
 # Columns and tables added after 1.0, by the minor that added them: a part written by an older
@@ -26,6 +28,7 @@ ADDED_IN: dict[tuple[str, str], str] = {
     ("events", "recompute"): "1.1",
     ("module_events", "recompute"): "1.1",
     ("collectives", "*"): "1.1",
+    ("tensors", "nested_shapes"): "1.4",
 }
 
 

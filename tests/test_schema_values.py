@@ -55,8 +55,14 @@ def _rule(table: str, column: str):
     return rule
 
 
+def _sql(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_sql, value)) + "]"
+    return "NULL" if value is None else repr(value)
+
+
 def _holds(rule, **row) -> bool:
-    columns = ", ".join(f"{value!r}::{kind} AS {name}" for name, (value, kind) in row.items())
+    columns = ", ".join(f"{_sql(value)}::{kind} AS {name}" for name, (value, kind) in row.items())
     return duckdb.connect().execute(f"SELECT {rule.holds} FROM (SELECT {columns})").fetchone()[0]
 
 
@@ -95,16 +101,32 @@ def test_sparse_coo_and_csr_tensors_are_written_without_strides_and_validate(tmp
     assert all(len(r["stride"]) == len(r["shape"]) for r in rows if r["storage_ptr"] != NO_STORAGE)
 
 
-@pytest.mark.parametrize("shape, stride, storage_ptr, plausible", [
-    ([5, 4], [4, 1], 4096, True),
-    ([5, 4], [], NO_STORAGE, True),  # sparse: no strides, no storage
-    ([], [], 4096, True),  # 0-dim strided
-    ([5, 4], [], 4096, False),  # a strided tensor lost its strides
-    ([5, 4], [1], NO_STORAGE, False),  # a stride missing, storage or not
+@pytest.mark.parametrize("shape, stride, storage_ptr, nested_shapes, plausible", [
+    ([5, 4], [4, 1], 4096, None, True),
+    ([5, 4], [], NO_STORAGE, None, True),  # sparse: no strides, no storage
+    ([], [], 4096, None, True),  # 0-dim strided
+    ([5, 4], [], 4096, None, False),  # a strided tensor lost its strides
+    ([5, 4], [1], NO_STORAGE, None, False),  # a stride missing, storage or not
+    ([2, None, 8], [], 4096, [[2, 8], [5, 8]], True),  # nested (1.4): no single stride, a storage
 ])
-def test_the_stride_rule_allows_no_strides_exactly_where_there_is_no_storage(shape, stride, storage_ptr, plausible):
-    row = {"shape": (shape, "BIGINT[]"), "stride": (stride, "BIGINT[]"), "storage_ptr": (storage_ptr, "BIGINT")}
+def test_the_stride_rule_allows_no_strides_exactly_where_there_is_no_storage(shape, stride, storage_ptr, nested_shapes,
+                                                                            plausible):
+    row = {"shape": (shape, "BIGINT[]"), "stride": (stride, "BIGINT[]"), "storage_ptr": (storage_ptr, "BIGINT"),
+           "nested_shapes": (nested_shapes, "BIGINT[][]")}
     assert _holds(_rule("tensors", "stride"), **row) is plausible
+
+
+@pytest.mark.parametrize("shape, numel, nested_shapes, plausible", [
+    ([5, 4], 20, None, True),
+    ([5, 4], 21, None, False),
+    ([2, None, 8], 56, [[2, 8], [5, 8]], True),  # nested: its components' total
+    ([2, None, 8], 80, [[2, 8], [5, 8]], False),  # the padded size is not its numel
+    ([2, None, 3], 9, [[None, 3], [None, 3]], True),  # a meta one's lengths: unknown
+])
+def test_the_numel_rule_sums_a_nested_tensors_components(shape, numel, nested_shapes, plausible):
+    row = {"shape": (shape, "BIGINT[]"), "numel": (numel, "BIGINT"), "nested_shapes": (nested_shapes, "BIGINT[][]")}
+    (rule,) = [r for r in RULES if r.table == "tensors" and r.column == "numel" and "shape" in r.holds]
+    assert _holds(rule, **row) in (plausible, None if plausible else False)  # NULL passes (schemas/plausibility.py)
 
 
 # --- inference tensors ---------------------------------------------------------------------

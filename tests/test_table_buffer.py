@@ -80,8 +80,8 @@ def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_un
     # list member (unhashable: never interned) and None members; every row must come back
     # with exactly the values it was appended with, in order.
     buffer = TableBuffer("tensors", TABLES["tensors"])
-    forms = [((2, 3), (3, 1), 0, 6, "float32", 4, "cpu", False, False, False, None),
-             ((4,), (1,), 2, 4, "int64", 8, "cpu", True, False, True, "fc.weight")]
+    forms = [((2, 3), (3, 1), 0, 6, None, "float32", 4, "cpu", False, False, False, None),
+             ((2, None, 4), (), 0, 20, ((2, 4), (3, 4)), "int64", 8, "cpu", True, False, True, "fc.weight")]
     expected = []
     for i in range(300):
         if i % 3 == 0:
@@ -89,7 +89,7 @@ def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_un
         elif i % 3 == 1:
             form = tuple(list(forms[i % 2]))  # equal, a distinct object
         else:
-            form = ([i, 1], [1, 1], i, i, "bool", 1, "meta", False, True, False, None)  # list members
+            form = ([i, 1], [1, 1], i, i, None, "bool", 1, "meta", False, True, False, None)  # list members
         columns = buffer.columns
         for name, value in (("tensor_id", i), ("uid", i // 2), ("version", 0), ("first_seq", i), ("storage_ptr", 7 * i),
                             ("nnz", -1 if i % 5 == 0 else i), ("is01", -1 if i % 5 == 0 else i % 2)):
@@ -100,7 +100,8 @@ def test_to_arrow_gives_each_row_its_own_group_values_whether_shared_equal_or_un
     assert table.num_rows == 300
     members = buffer.groups["$form"]
     for k, member in enumerate(members):
-        want = [list(f[k]) if isinstance(f[k], (tuple, list)) else f[k] for f in expected]
+        want = [[list(v) if isinstance(v, tuple) else v for v in f[k]] if isinstance(f[k], (tuple, list)) else f[k]
+                for f in expected]
         assert table.column(member).to_pylist() == want, member
     assert table.column("tensor_id").to_pylist() == list(range(300))
     assert table.column("nnz").to_pylist() == [None if i % 5 == 0 else i for i in range(300)]

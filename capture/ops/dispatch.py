@@ -42,13 +42,6 @@ _op_names: dict = {}
 _NOT_SCANNED = (None, None)  # statistics of a tensor left null on purpose (a collective's buffers)
 
 
-class NestedTensorNotRecorded(ValueError):
-    """An op on a nested tensor (strided or jagged) is not recorded: a `tensors` row holds one
-    shape, and a nested tensor has none (a ragged dimension; a jagged one's is a SymInt that
-    no int64 column holds). Its call is reported in `degraded`, naming the op, and the op's
-    rows are left out whole; every other op is recorded as ever."""
-
-
 _written_arguments: dict = {}
 
 
@@ -292,8 +285,6 @@ class OpLog:
         for t, slot in tensors:
             tensor_id = described.get(id(t))
             if tensor_id is None:
-                if t.is_nested:  # dropped whole, before any row: see NestedTensorNotRecorded
-                    raise NestedTensorNotRecorded(f"{name}: a {t.layout} nested tensor has no single shape")
                 role, position, key = slot[0], slot[1], slot[2]
                 known = _NOT_SCANNED if collective else None
                 # A small output's scan costs what the rule costs (SMALL_TENSOR)

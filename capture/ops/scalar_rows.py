@@ -21,6 +21,7 @@ from spiketrace.capture.ops.op_statistics import EXPENSIVE, STATISTIC_FUNCTIONS,
 from spiketrace.capture.ops.packed_bits import bits_bytes, pack_bits
 from spiketrace.capture.ops.shared_operands import begin_op, end_op
 from spiketrace.capture.tensors.device_statistics import PendingStats
+from spiketrace.capture.tensors.nested import rows as nested_rows
 from spiketrace.capture.tensors.registry import excluded_from_modes, has_values, immediate_stats
 from spiketrace.capture.tensors.value_counts import ignoring_warnings
 from spiketrace.schemas.statistics import OP_STATISTICS, STATISTICS, SYNAPTIC_INPUTS
@@ -106,6 +107,16 @@ class OpScalars:
             if self.context.keep_binary_inputs else []
         if not taken and not packed:
             return
+        if isinstance(out, torch.Tensor) and out.is_nested:
+            # A Linear over a nested tensor: its statistics over the rows its components hold,
+            # the same sums (capture/tensors/nested.py); no other op's are taken on one.
+            if name != "aten.linear.default":
+                return
+            with excluded_from_modes():
+                x, y = nested_rows(args[0]), nested_rows(out)
+            if x is None or y is None:
+                return
+            args, out, packed = (x, *args[1:]), y, []  # no packed input: its row names a described state
         tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
         if not all(t.layout is torch.strided and has_values(t) for t in tensors):
             return  # values that cannot be read (a freed storage): the statistics are not taken

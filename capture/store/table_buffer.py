@@ -64,8 +64,8 @@ BUFFER_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
                "$where": ("grad_enabled", "in_backward", "thread", "scope_id", "recompute"),
                "$call": ("op", "args", "kwargs", "out")},
     "event_tensors": {"$slot": ("role", "position", "name", "item")},
-    "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device",
-                          "requires_grad", "is_meta", "is_parameter", "parameter")},
+    "tensors": {"$form": ("shape", "stride", "storage_offset", "numel", "nested_shapes", "dtype", "element_size",
+                          "device", "requires_grad", "is_meta", "is_parameter", "parameter")},
     # appended with append(), which interns each group's tuple itself
     # (not step or stage_id: they change every step, and a step's hook rows are all distinct)
     "module_events": {"$hook": ("kind", "module_id", "tracker_name", "stage", "phase", "grad_enabled", "training",

@@ -33,6 +33,7 @@ import torch
 from spiketrace.capture.native.counters import new_counter
 from spiketrace.capture.store.table_buffer import TableBuffer
 from spiketrace.capture.tensors.device_statistics import PendingStats, StatisticSlots
+from spiketrace.capture.tensors.nested import all_ints, odd_form
 from spiketrace.capture.tensors.value_counts import (  # module globals: tests inject failures here
     ignoring_warnings,
     immediate_stats,
@@ -77,8 +78,8 @@ def storage_pointer(t: torch.Tensor) -> int:
 # element_size, device, requires_grad, is_meta, is_parameter, parameter) is one interned tuple
 # (the buffer's group "$form"): the same activations recur every step.
 ROW_COLUMNS = _ROW_COLUMNS = ("tensor_id", "uid", "version", "first_seq", "$form", "storage_ptr", "nnz", "is01")
-_FORM = ("shape", "stride", "storage_offset", "numel", "dtype", "element_size", "device", "requires_grad",
-         "is_meta", "is_parameter", "parameter")
+_FORM = ("shape", "stride", "storage_offset", "numel", "nested_shapes", "dtype", "element_size", "device",
+         "requires_grad", "is_meta", "is_parameter", "parameter")
 
 
 def has_values(t: torch.Tensor) -> bool:
@@ -198,7 +199,16 @@ class TensorRegistry:
             version = t._version
         except RuntimeError:  # inference tensors keep no version counter
             version = NO_VERSION_COUNTER
-        shape = t.shape
+        shape: tuple | None
+        try:
+            shape = t.shape
+        except RuntimeError:  # a strided nested tensor has no single shape
+            shape = None
+        odd = None  # sizes that are not one int each (capture/tensors/nested.py): never in a column as they are
+        if shape is None or (type(t) not in _PLAIN_TENSORS and not all_ints(shape)):
+            with excluded_from_modes():
+                odd = odd_form(t, shape)
+            shape = (odd.shape, odd.nested_shapes)  # what the entry compares, as a plain tensor's torch.Size
         requires_grad = t.requires_grad
         stats = None
         take = self.every_state or (wanted and self.value_statistics)
@@ -215,14 +225,15 @@ class TensorRegistry:
                 stats = _SKIPPED
             elif known_stats is not None and self.value_statistics:
                 stats = known_stats
-            else:
-                stats = self._statistics(t, seq)
+            else:  # a nested tensor's: its buffer's, if one holds exactly its elements
+                read = t if odd is None else odd.values
+                stats = (None, None) if read is None else self._statistics(read, seq)
         tensor_id = self.tensor_ids.take()  # a failure below leaves a gap in the ids, never a reused one
         if entry is None:
             uid = self.uids.take()
         else:
             uid = entry[0]
-        self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad)
+        self._write_row(t, uid, version, tensor_id, seq, stats, shape, requires_grad, odd)
         if entry is None:
             ref = weakref.ref(t, self._freed)
             self._refs[id(ref)] = (key, uid)
@@ -264,15 +275,21 @@ class TensorRegistry:
             kind = self._kinds[kind_key] = (_dtype_name(t.dtype), t.element_size(), str(t.device))
         return kind
 
-    def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad) -> None:
+    def _write_row(self, t, uid, version, tensor_id, seq, stats, shape, requires_grad, odd=None) -> None:
         kind_key = (t.dtype, t.device)
         kind = self._kinds.get(kind_key)
         if kind is None:
             kind = self.kind_of(t)
-        strided = t.layout is torch.strided
-        offset = t.storage_offset() if strided else 0
-        stride = t.stride() if strided else ()
-        numel = t.numel()
+        nested, held = None, t  # held: the tensor whose storage holds the elements
+        if odd is None:
+            strided = t.layout is torch.strided
+            offset = t.storage_offset() if strided else 0
+            stride = t.stride() if strided else ()
+            numel = t.numel()
+        else:  # its facts as nested.py read them; a jagged tensor's elements are in its values' storage
+            shape, stride, offset, numel, nested = odd.shape, odd.stride, odd.storage_offset, odd.numel, odd.nested_shapes
+            strided = nested is None and t.layout is torch.strided
+            held = t if odd.storage_of is None else odd.storage_of
         is_meta = t.is_meta
         storage = None
         if strided and numel and not is_meta:
@@ -282,7 +299,7 @@ class TensorRegistry:
             except RuntimeError:  # no storage: a torch.func transform's wrapped tensor
                 pass
         if storage is None:
-            storage = storage_pointer(t)
+            storage = storage_pointer(held)
         name = self.parameter_names.get(id(t))
         pending = isinstance(stats, PendingStats)
         nnz, is01 = (None, None) if pending else stats
@@ -295,12 +312,12 @@ class TensorRegistry:
                 self._row_kinds.clear()
             row_kind = self._row_kinds[row_key] = (kind[0], kind[1], kind[2], requires_grad, is_meta,
                                                    name is not None, name)
-        form_key = (shape, stride, offset, numel, row_kind)
+        form_key = (shape, stride, offset, numel, nested, row_kind)
         form = self._forms.get(form_key)
         if form is None:
             if len(self._forms) > 65536:
                 self._forms.clear()
-            form = self._forms[form_key] = (shape, stride, offset, numel, *row_kind)
+            form = self._forms[form_key] = (shape, stride, offset, numel, nested, *row_kind)
         # Everything is computed above, so these appends cannot stop halfway.
         a = self._append
         a[0](tensor_id); a[1](uid); a[2](version); a[3](seq); a[4](form); a[5](storage); a[6](nnz); a[7](is01)  # noqa: E702 - one row's appends, in column order

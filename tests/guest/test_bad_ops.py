@@ -53,13 +53,13 @@ def test_torch_func_transforms_are_recorded(tmp_path, path):
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_ops_on_nested_tensors_cost_their_own_records_only(tmp_path, path):
-    # A nested tensor has no single shape (a tensors row holds one): each op on one is left out,
-    # named in `degraded`; the ops beside them are recorded and the trace is complete.
+def test_ops_on_nested_tensors_are_recorded_with_the_rest(tmp_path, path):
+    # A nested tensor has no single shape: its row holds null at the ragged dimension and its
+    # components' shapes (schema 1.4); the ops on it and beside it are recorded.
     manifest, _ = compare("bad_nested", tmp_path, env=PATHS[path])
-    assert manifest["counts"]["events"] > 0
-    assert manifest["degraded"]
-    for entry in manifest["degraded"]:
-        assert entry["site"] == "dispatch" and entry["what"].startswith("aten."), entry
+    assert manifest["degraded"] == []
     ops = {row["op"] for row in pq.read_table(tmp_path / "trace" / "events").to_pylist()}
-    assert {"aten.cat.default", "aten.add.Tensor"} <= ops
+    assert {"aten.cat.default", "aten.add.Tensor", "aten.mul.Tensor", "aten.relu.default"} <= ops
+    nested = [row for row in _tensors(tmp_path) if row["nested_shapes"] is not None]
+    assert nested and {tuple(row["shape"]) for row in nested if not row["is_meta"]} == {(2, None, 3)}
+    assert all(row["numel"] == 18 for row in nested if not row["is_meta"])

@@ -192,7 +192,7 @@ static PyObject *state_form(OpRecorder *self, PyObject *shape, PyObject *stride,
     PyObject *numel_object = PyLong_FromLongLong(numel);
     if (numel_object != NULL) {
         PyObject *values[FORM_FIELDS] = {[FORM_SHAPE] = shape, [FORM_STRIDE] = stride, [FORM_OFFSET] = offset,
-                                         [FORM_NUMEL] = numel_object};
+                                         [FORM_NUMEL] = numel_object, [FORM_NESTED_SHAPES] = Py_None};
         for (int i = 0; i < ROW_KIND_FIELDS; i++) values[FORM_DTYPE + i] = PyTuple_GET_ITEM(row_kind, i);
         form = pack_fields(values, FORM_FIELDS);
     }

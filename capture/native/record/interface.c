@@ -44,9 +44,9 @@ static const char *const HOOK_NAMES[HOOK_FIELDS] = {
 };
 static const char *const FORM_NAMES[FORM_FIELDS] = {
     [FORM_SHAPE] = "shape",     [FORM_STRIDE] = "stride",           [FORM_OFFSET] = "storage_offset",
-    [FORM_NUMEL] = "numel",     [FORM_DTYPE] = "dtype",             [FORM_ELEMENT_SIZE] = "element_size",
-    [FORM_DEVICE] = "device",   [FORM_REQUIRES_GRAD] = "requires_grad", [FORM_IS_META] = "is_meta",
-    [FORM_IS_PARAMETER] = "is_parameter", [FORM_PARAMETER] = "parameter",
+    [FORM_NUMEL] = "numel",     [FORM_NESTED_SHAPES] = "nested_shapes", [FORM_DTYPE] = "dtype",
+    [FORM_ELEMENT_SIZE] = "element_size", [FORM_DEVICE] = "device", [FORM_REQUIRES_GRAD] = "requires_grad",
+    [FORM_IS_META] = "is_meta", [FORM_IS_PARAMETER] = "is_parameter", [FORM_PARAMETER] = "parameter",
 };
 static const char *const ENTRY_NAMES[ENTRY_FIELDS] = {
     [ENTRY_UID] = "uid",     [ENTRY_VERSION] = "version", [ENTRY_TENSOR_ID] = "tensor_id",

@@ -46,7 +46,13 @@ static int read_tensor(OpRecorder *self, Facts *f) {
         PyErr_Clear();
         return 0;
     }
-    if ((f->shape = tensor_attribute(t, TENSOR_SHAPE)) == NULL) return -1;
+    if ((f->shape = tensor_attribute(t, TENSOR_SHAPE)) == NULL) {
+        /* no single shape (a strided nested tensor): described by the Python path
+         * (capture/tensors/nested.py) */
+        if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
     PyObject *requires_grad = tensor_attribute(t, TENSOR_REQUIRES_GRAD);
     if (requires_grad == NULL) return -1;
     f->requires_grad = requires_grad == Py_True;
