@@ -11,7 +11,7 @@ give every value exactly:
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import device_ops, fused_attention, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, kwarg
 
 
@@ -102,6 +102,9 @@ EXTRA_RULES |= {
     **UNDECOMPOSED_SYNAPTIC_RULES,
     undecomposed.BATCH_NORM: RULES["aten.native_batch_norm.default"],
     undecomposed.LAYER_NORM: _LAYER_NORM,
+    # attention's products as bmm counts them, and torch's fused transformer fast path as the
+    # same layer's unfused ops (fused_attention.py)
+    **fused_attention.AC,
 }
 # What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
 # as native_batch_norm (backwards: no AC rule, as native_batch_norm_backward has none); fused

@@ -21,6 +21,9 @@ from fnmatch import fnmatchcase
 NO_TENSOR_WORK = (
     "profiler.*", "aten._local_scalar_dense.*", "aten.lift_fresh.*", "aten.lift_fresh_copy.*",
     "aten._assert_*", "aten.sym_*", "aten.is_nonzero.*", "aten.item.*", "aten.set_.*", "aten.resize_.*",
+    # a nested tensor's metadata queries (a jagged one's layout and sizes reach the mode as ops)
+    "prim.layout.*", "prim.device.*", "prim.dtype.*", "aten._nested_tensor_size.*", "aten._nested_tensor_strides.*",
+    "aten._nested_tensor_storage_offsets.*",
 )
 # Data movement, creation and metadata: no arithmetic, so no FLOP (their bytes do count).
 NO_ARITHMETIC = NO_TENSOR_WORK + (
@@ -37,6 +40,9 @@ NO_ARITHMETIC = NO_TENSOR_WORK + (
     "aten.arange.*", "aten.index_select.*", "aten.gather.*", "aten.index.*", "aten.masked_select.*",
     "aten.repeat.*", "aten.roll.*", "aten.flip.*", "aten._unsafe_index.*", "aten._foreach_copy_.*",
     "aten._foreach_zero_.*",
+    # nested tensors built from parts, viewed over their values, padded into a plain tensor
+    "aten._nested_tensor_from_tensor_list.*", "aten._nested_view_from_*", "aten._nested_get_*",
+    "aten.to_padded_tensor.*", "aten._nested_from_padded*",
     # padding copies values (a conv's padding='same' with an even kernel, padding_mode='reflect')
     "aten.constant_pad_nd.*", "aten.reflection_pad*", "aten.replication_pad*", "aten._pad_circular.*",
     # random numbers are drawn, not computed from operands
@@ -49,6 +55,8 @@ SYNAPTIC = (
     "aten.dot.*", "aten.matmul.*", "aten.linear.*", "aten.einsum.*", "aten.convolution.*", "aten._convolution.*",
     "aten.conv1d.*", "aten.conv2d.*", "aten.conv3d.*", "aten.conv_transpose*", "aten.convolution_backward.*",
     "aten._scaled_dot_product_*", "aten.scaled_dot_product_attention.*",
+    # torch's fused transformer fast path: a whole layer's products (fused_attention.py)
+    "aten._transformer_encoder_layer_fwd.*", "aten._native_multi_head_attention.*",
 )
 NORMALISATION = ("aten.native_batch_norm*", "aten.batch_norm.*", "aten._native_batch_norm*",
                  "aten.native_layer_norm*", "aten.layer_norm.*", "aten.native_group_norm*", "aten.group_norm.*",

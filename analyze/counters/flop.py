@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import activations, device_ops, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -207,6 +207,8 @@ UNDECOMPOSED_RULES: dict[str, str] = {
     **{op: undecomposed.SDPA_FLOP for op in undecomposed.SDPA},
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+# Torch's fused transformer fast path: the FLOPs of the same layer's unfused ops (fused_attention.py).
+EXTRA_RULES.update(fused_attention.FLOP)
 
 # What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
 # as native_batch_norm(_backward) with their training flag; cudnn_batch_norm_backward's n from

@@ -3,7 +3,7 @@ operand costs no multiplication, so it counts 0 MACs."""
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, undecomposed
+from spiketrace.analyze.counters import device_ops, fused_attention, undecomposed
 from spiketrace.analyze.counters.ac import values_known
 from spiketrace.analyze.counters.sql import arg
 
@@ -52,6 +52,9 @@ UNDECOMPOSED_RULES: dict[str, str] = {
     undecomposed.LAYER_NORM: _LAYER_NORM,
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+# Attention's two products (SDPA in every form) and torch's fused transformer fast path as the
+# same layer's unfused ops (fused_attention.py).
+EXTRA_RULES.update(fused_attention.MAC)
 # Batch norm's other forms (cudnn_batch_norm on a GPU; analyze/counters/device_ops.py) as
 # native_batch_norm. Its backwards have no MAC rule, as native_batch_norm_backward has none.
 EXTRA_RULES.update({op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()

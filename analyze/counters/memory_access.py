@@ -7,7 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import activations, device_ops, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
 from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
 
 
@@ -125,6 +125,11 @@ EXTRA_RULES: dict[str, str] = {
     **activations.BYTES,
     # a new tensor written once
     **{f"aten.{name}.default": b("o0") for name in ("zeros_like", "empty_like")},
+    # nested tensors: built from parts as stack is, padded by a copy, viewed over their values
+    # (their bytes are the components' actual elements: numel of a nested tensor is their total)
+    "aten._nested_tensor_from_tensor_list.default": f"(coalesce(a0_items_bytes, 0) + {b('o0')})",
+    "aten.to_padded_tensor.default": _READ_WRITE,
+    "aten._nested_view_from_jagged.default": "0",
 }
 # Layer norm: every operand read and every result (out, mean, rstd) written once.
 EXTRA_RULES["aten.native_layer_norm.default"] = "tensor_bytes"
@@ -142,6 +147,9 @@ UNDECOMPOSED_RULES: dict[str, str] = {
     **{op: _SDPA for op in undecomposed.SDPA},
 }
 EXTRA_RULES.update(UNDECOMPOSED_RULES)
+# Torch's fused transformer fast path: the bytes of the same layer's unfused ops, copies
+# included, a mask at the fused op's shape (fused_attention.py).
+EXTRA_RULES.update(fused_attention.BYTES)
 
 # What a GPU run dispatches instead (analyze/counters/device_ops.py). Batch norm's other forms
 # as native_batch_norm(_backward) (cudnn's reserve output is not counted, as native has none);

@@ -17,6 +17,12 @@ name and "Root.<every dotted prefix of the module's path>".
 
 The conv spike taps come from the aten convolution the module dispatched (SpikingJelly
 recomputes them on the padded, flattened module input; the two are equal, spec 5.2).
+
+A TransformerEncoderLayer that ran torch's fused fast path (`_transformer_encoder_layer_fwd`,
+analyze/counters/fused_attention.py) never calls its linear1 and linear2, which the same layer
+with the fast path off does (as does SpikingJelly's own counting, whose module hooks turn the
+fast path off): each such call counts their reads as those calls would, on inputs that are
+not binary (intermediates), T = numel(src) / d_model rows each.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import pandas as pd
 
 from spiketrace.analyze import neurons
+from spiketrace.analyze.counters.fused_attention import ENCODER_LAYER
 from spiketrace.analyze.trace.views import record_key
 
 METRICS = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes", "neuron_state_write_bytes")
@@ -76,6 +83,15 @@ used AS (  -- just the tensor states these calls read (a semi join on them, not 
                                     UNION ALL SELECT rank, tensor_id FROM snapshots) w
       ON w.rank = t.rank AND w.tensor_id = t.tensor_id
 ),
+fused_layers AS (  -- TransformerEncoderLayer calls that ran the fused op: their src's elements
+    SELECT e.rank, e.stage, e.phase, e.step, m.path, x.numel AS src_numel
+    FROM (SELECT * FROM events WHERE op = '{ENCODER_LAYER}' AND {{where}}) e
+    JOIN scopes s ON s.rank = e.rank AND s.scope_id = e.scope_id
+    JOIN model_modules m ON m.rank = e.rank AND list_contains(s.active_modules, m.module_id)
+     AND list_contains(m.mro, 'torch.nn.modules.transformer.TransformerEncoderLayer')
+    JOIN event_tensors et ON et.rank = e.rank AND et.seq = e.seq AND et.role = 'arg' AND et.position = 0
+    JOIN tensor_states x ON x.rank = e.rank AND x.tensor_id = et.tensor_id
+),
 states AS (
     SELECT s.rank, s.module_id, s.call_index, coalesce(sum(t.numel * t.element_size), 0) AS state_bytes
     FROM snapshots s LEFT JOIN used t ON t.rank = s.rank AND t.tensor_id = s.tensor_id
@@ -103,6 +119,17 @@ LEFT JOIN weights w ON w.rank = c.rank AND w.module_id = c.module_id AND w.name 
 LEFT JOIN weights bias ON bias.rank = c.rank AND bias.module_id = c.module_id AND bias.name = 'bias'
 LEFT JOIN nmac_conv_taps ct ON ct.rank = c.rank AND ct.module_id = c.module_id AND ct.call_index = c.call_index
 LEFT JOIN states st ON st.rank = c.rank AND st.module_id = c.module_id AND st.call_index = c.call_index
+UNION ALL
+SELECT f.rank, m.module_id, m.path, f.stage, f.phase, f.step,
+    f.src_numel // (m.attributes->>child.d_model)::BIGINT * (m.attributes->>'out_features')::BIGINT
+        * (m.attributes->>'in_features')::BIGINT * ({ELEMENT_SIZE.format(dtype="w.dtype")}) AS weight_read_bytes,
+    CASE WHEN bias.name IS NULL THEN 0 ELSE f.src_numel // (m.attributes->>child.d_model)::BIGINT
+        * (m.attributes->>'out_features')::BIGINT * ({ELEMENT_SIZE.format(dtype="bias.dtype")}) END AS bias_read_bytes,
+    NULL AS neuron_state_bytes
+FROM fused_layers f CROSS JOIN (VALUES ('linear1', 'in_features'), ('linear2', 'out_features')) AS child(name, d_model)
+JOIN model_modules m ON m.rank = f.rank AND m.path = f.path || '.' || child.name AND m.linear
+LEFT JOIN weights w ON w.rank = m.rank AND w.module_id = m.module_id AND w.name = 'weight'
+LEFT JOIN weights bias ON bias.rank = m.rank AND bias.module_id = m.module_id AND bias.name = 'bias'
 """
 
 # The conv spike taps of each forward call: the convolutions run between its hooks. Its own

@@ -24,6 +24,7 @@ import pandas as pd
 
 from spiketrace.analyze import neurons
 from spiketrace.analyze.counters import _ignore_names, _where
+from spiketrace.analyze.counters.fused_attention import ENCODER_LAYER
 from spiketrace.analyze.counters.sql import MACROS
 from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.lemaire import residual
@@ -38,6 +39,7 @@ from spiketrace.analyze.energy.lemaire.sql import (
     quoted_list,
     unsupported_sql,
 )
+from spiketrace.analyze.energy.synaptic_layers import uncosted_notes
 
 
 @dataclass
@@ -267,8 +269,10 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         result.warnings.append(f"{path} ({name}) integrates {len(potentials)} state variables per step "
                                f"({', '.join(potentials)}): costed as {len(potentials)} potentials, each read, "
                                "written and, if it decays, leaked (one MAC) per output and step; Lemaire's neuron has one")
-    result.state_warnings = stateful.warnings(trace, MODEL, compat, ignored, named=unsupported)
+    result.state_warnings = stateful.warnings(trace, MODEL, compat, ignored, named=unsupported, where=where)
     result.warnings += result.state_warnings
+    # torch's fused TransformerEncoderLayer runs its linear1 and linear2 without calling them
+    result.warnings += uncosted_notes(trace, where, (ENCODER_LAYER.removesuffix(".default") + "%",))
     if "qualia" in conventions:
         qualia_activity(trace, result, timesteps=timesteps, where=where, compat=compat)
     return result

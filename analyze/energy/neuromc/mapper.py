@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from spiketrace.analyze.counters import RECOMPUTE_CHOICES
+from spiketrace.analyze.counters.filters import where_sql
 from spiketrace.analyze.energy import stateful
 from spiketrace.analyze.energy.neuromc import kinds as fragment_kinds
 from spiketrace.analyze.energy.neuromc.activity import extra_counts, memory_terms, weight_residency
@@ -155,7 +156,8 @@ def activity(trace, *, stage=None, ignore_modules=(), compat=None, strict=False,
     if not len(fragments):
         refusals.append("No NeuroMC-supported runtime fragments were recognized.")
         warnings.append("no NeuroMC fragment was recognised in the selection")
-    warnings += stateful.warnings(trace, MODEL, compat, ignore_modules)
+    ran = where_sql(stage=stage, step=step, rank=rank, recompute=selection[3])  # the calls the fragments are of
+    warnings += stateful.warnings(trace, MODEL, compat, ignore_modules, where=ran)
     result = Activity(kinds, fragments, memory_terms(kinds), uncosted, refusals, warnings, compat)
     if strict and refusals:
         raise ValueError(refusals[0])

@@ -24,7 +24,9 @@ import pandas as pd
 from spiketrace.analyze import neurons
 from spiketrace.analyze.counters import _ignore_names, _where
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze.counters.fused_attention import ENCODER_LAYER
 from spiketrace.analyze.energy import stateful
+from spiketrace.analyze.energy.synaptic_layers import uncosted_notes
 
 MODEL = "spikesim"  # its name for analyze/neurons.py
 CONV2D_CLASS = "torch.nn.modules.conv.Conv2d"
@@ -199,7 +201,10 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
         AND (list_has_any(a.mro, {listed}) OR list_contains({listed}, a.class_name) OR list_contains({listed}, a.path)))"""
     mapped = map_trace(trace, where=where, ignore_scopes_sql=ignored_scopes_sql(names, None) if names else None,
                        not_ignored_modules=not_ignored, load_packed=packed_inputs)
-    mapped.warnings = stateful.warnings(trace, MODEL, compat, names)
+    mapped.warnings = stateful.warnings(trace, MODEL, compat, names, where=where)
+    # torch's fused TransformerEncoderLayer runs its Linear layers without calling them: named,
+    # as the Linear layers a call shows are
+    mapped.warnings += uncosted_notes(trace, where, (ENCODER_LAYER.removesuffix(".default") + "%",))
     return mapped
 
 
