@@ -54,6 +54,24 @@ class LeakyConv(nn.Module):
         return self.lif2(self.fc(spikes.flatten(1)))
 
 
+class LeakyConvNoBias(nn.Module):
+    """snnTorch, the shape of issue 40's MembraneUpdates report: conv (4 x 16 x 16, no bias) ->
+    Leaky -> Linear (1024 -> 10, no bias) -> Leaky. On sparse spikes a neuron whose input and
+    membrane are both zero keeps its membrane, which NeuroBench does not count as an update."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import snntorch as snn
+
+        self.conv = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.lif1 = snn.Leaky(beta=0.9, init_hidden=True)
+        self.fc = nn.Linear(4 * 16 * 16, 10, bias=False)
+        self.lif2 = snn.Leaky(beta=0.9, init_hidden=True, output=True)
+
+    def forward(self, x):
+        return self.lif2(self.fc(self.lif1(self.conv(x)).flatten(1)))
+
+
 class SynapticRecurrent(nn.Module):
     """snnTorch: Linear -> Synaptic -> Linear -> RLeaky (its own recurrent Linear)."""
 
@@ -148,10 +166,10 @@ def _seeded(build: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Mo
     return make
 
 
-def _data(*shape, spikes: bool = False, seed: int = 1) -> Callable[[], torch.Tensor]:
+def _data(*shape, spikes: bool = False, seed: int = 1, rate: float = 0.4) -> Callable[[], torch.Tensor]:
     def make() -> torch.Tensor:
         values = torch.rand(SAMPLES, *shape, generator=torch.Generator().manual_seed(seed))
-        return (values < 0.4).float() if spikes else values
+        return (values < rate).float() if spikes else values
 
     return make
 
@@ -159,6 +177,8 @@ def _data(*shape, spikes: bool = False, seed: int = 1) -> Callable[[], torch.Ten
 SPIKINGJELLY_NODE = "spikingjelly.activation_based.neuron.base_node.BaseNode"
 CASES = [
     NeuroBenchCase("snntorch-leaky-conv", _seeded(LeakyConv), _data(3, 1, 6, 6), wrapper="SNNTorchModel"),
+    NeuroBenchCase("snntorch-leaky-conv-no-bias", _seeded(LeakyConvNoBias), _data(3, 1, 16, 16, spikes=True, rate=0.25),
+                   wrapper="SNNTorchModel"),
     NeuroBenchCase("snntorch-synaptic-rleaky", _seeded(SynapticRecurrent), _data(3, 6), wrapper="SNNTorchModel"),
     NeuroBenchCase("norse-lifcell", _seeded(NorseNet), _data(3, 6)),
     NeuroBenchCase("spikingjelly-multistep-conv", _seeded(MultiStepConv), _data(4, 1, 5, 5, spikes=True),

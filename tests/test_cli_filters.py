@@ -34,6 +34,7 @@ TRACE_COMMANDS = {
     "sql": ("table", "csv", "json", "parquet"),
     "collectives": ("table", "csv", "json", "parquet"),
     "counts": ("table", "csv", "json", "parquet"),
+    "neurobench": ("table", "json"),  # --module refused: NeuroBench's metrics are the whole model's
     "energy": ("table", "csv", "json", "parquet", "markdown", "latex"),  # the last two: --model paper
     "compare": ("table", "csv", "json", "markdown"),
     "diff": ("table", "csv", "json", "parquet"),

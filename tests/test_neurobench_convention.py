@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import pytest
 import torch
@@ -265,18 +266,18 @@ def test_only_layers_count_and_backward_does_not(tmp_path):
         assert totals(trace) == {"synop": 2 * 2, "mac": 0}  # 2 spikes * 2 outputs, forward only
 
 
-def test_multi_step_samples_take_dim_0_as_neurobench_and_warn(tmp_path):
+def test_multi_step_samples_are_dim_1_of_the_multi_step_modules_input(tmp_path):
     from spikingjelly.activation_based import functional, layer, neuron
 
     net = nn.Sequential(layer.Linear(4, 3), neuron.IFNode())
     functional.set_step_mode(net, "m")
     x = (torch.rand(5, 2, 4, generator=torch.Generator().manual_seed(0)) < 0.5).float()  # T=5, B=2
-    with open_trace(record_inference(tmp_path / "t", net, x)) as trace:
-        # NeuroBench divides by dim 0 of the data (batch-first); fed [T, B, ...] that is T, so
-        # the count is ambiguous: a warning names the dim taken and the override
-        with pytest.warns(UserWarning, match=r"took dim 0 .*\(5 samples\).*dim 1 gives 2.*--samples"):
-            result = count(trace, convention="neurobench")
-        assert result.frame.attrs["samples"] == 5
+    with open_trace(record_inference(tmp_path / "t", net, x)) as trace, warnings.catch_warnings():
+        warnings.simplefilter("error")  # the batch is known: nothing to warn of
+        # called on [T, B, ...] as SpikingJelly runs it: the batch is dim 1 of the first
+        # multi-step module's input (dim 0 of the model's is T)
+        result = count(trace, convention="neurobench")
+        assert result.frame.attrs["samples"] == 2
         assert neurobench.per_sample(result, 2)["Effective_ACs"] == int(x.sum()) * 3 / 2
         assert result.totals()["synop"] == int(x.sum()) * 3
 

@@ -128,3 +128,20 @@ def test_text_output_names_it(recurrent_trace):
     result = CliRunner().invoke(main, ["energy", str(recurrent_trace), "--model", "neuromc", "--compat", "spikingjelly"])
     assert result.exit_code == 0, result.output
     assert "warning: Net.cell (LIFRecurrentCell) keeps state from call to call" in result.stderr
+
+
+def test_a_module_that_ran_only_outside_the_selection_is_not_named(tmp_path):
+    """The warning is about the selected work: an RNNCell that ran only in stage "cell" is named
+    for that stage (and step), not for stage "linear", in which only the Linear ran."""
+    net = Net(TorchCell())
+    with Recorder(tmp_path / "trace", model=net) as recorder:
+        with recorder.stage("linear", phase="forward"), torch.no_grad():
+            net.fc(X)
+        recorder.step()
+        with recorder.stage("cell", phase="forward"), torch.no_grad():
+            net(X)
+    text = "Net.cell.rnn (RNNCell) keeps state from call to call"
+    for model in ("compute", "neuromc", "spikesim"):  # Lemaire's own refusal names the class, whatever ran
+        assert not named(energy_json(tmp_path / "trace", model, "--stage", "linear"), text), model
+        assert not named(energy_json(tmp_path / "trace", model, "--step", "0"), text), model
+        assert named(energy_json(tmp_path / "trace", model, "--stage", "cell"), text), model

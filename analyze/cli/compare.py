@@ -18,7 +18,7 @@ from spiketrace.analyze.present.safe_text import json_text, safe_line
               help="A chip, paper or compute preset (repeatable; default: every chip preset of grade A or B and every "
                    "paper preset).")
 @click.option("--samples", type=click.IntRange(min=1), metavar="N",
-              help="Samples to divide by (default: NeuroBench's rule, dim 0 of the model's first input per batch).")
+              help="Samples to divide by (default: NeuroBench's rule, each batch's batch dimension, summed).")
 @click.option("--time-steps", type=click.IntRange(min=1), metavar="T",
               help="Time steps per sample (default: inferred; the chips' time per sample uses it).")
 @click.option("--step-time", metavar="TIME",

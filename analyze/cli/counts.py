@@ -74,8 +74,9 @@ class Fraction(click.ParamType):
 @click.option("--convention", type=click.Choice(["neurobench"]),
               help="synop and mac as NeuroBench's SynapticOperations (Effective_ACs, Effective_MACs; per sample too).")
 @click.option("--samples", type=click.IntRange(min=1), metavar="N",
-              help="--convention neurobench: the samples to divide by (default: dim 0 of the model's first input "
-                   "per step, summed, as NeuroBench counts batch-first data).")
+              help="--convention neurobench: the samples to divide by (default: each step's batch dimension, "
+                   "summed: dim 0 of the model's first input as NeuroBench counts batch-first data, dim 1 of a "
+                   "SpikingJelly multi-step module's [T, B, ...] input).")
 @recompute_option()
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Your own rules: a TOML file of [counter] tables of \"op\" = \"SQL rule\" (repeatable).")

@@ -32,8 +32,8 @@ PAPER_FLAGS = (
                  help="--model paper: the operand whose rate sets a spike x spike matmul's SOPs (default left; both: "
                       "the product of the two rates)."),
     click.option("--samples", type=click.IntRange(min=1), metavar="N",
-                 help="--model paper: samples to divide by (default: NeuroBench's rule, dim 0 of the model's first "
-                      "input per batch, summed)."),
+                 help="--model paper: samples to divide by (default: NeuroBench's rule, each batch's batch "
+                      "dimension, summed)."),
     click.option("--time-steps", type=click.IntRange(min=1), metavar="T",
                  help="--model paper --first-layer once: the time steps the first layer's MACs are divided by "
                       "(default: its calls per batch)."),

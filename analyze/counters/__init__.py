@@ -17,6 +17,7 @@ import pandas as pd
 
 from spiketrace.analyze.counters import ac, flop, mac, memory_access, neurobench, synop, user_rules
 from spiketrace.analyze.counters.engine import COMPAT_MODES, count_events
+from spiketrace.analyze.counters.filters import RECOMPUTE_CHOICES, recompute_clause, where_sql
 from spiketrace.analyze.counters.neurobench.metrics import NeuroBenchResults, neurobench_metrics
 from spiketrace.analyze.counters.neuromorphic_memory_access import neuromorphic_memory_access
 from spiketrace.analyze.counters.neuron_state import neuron_state
@@ -34,9 +35,11 @@ ALL_COUNTERS = (*COUNTERS, *MODULE_COUNTERS, *STATEFUL_COUNTERS)
 GROUPS = ("stage", "phase", "step", "rank")
 
 CONVENTIONS = neurobench.CONVENTIONS
+_where = where_sql  # the name the energy models import
 
 __all__ = ["COUNTERS", "COMPAT_MODES", "CONVENTIONS", "RECOMPUTE_CHOICES", "CounterResult", "NeuroBenchResults",
-           "StrictModeError", "as_spikingjelly", "count", "counts", "load_rules", "neurobench_metrics", "register_rule"]
+           "StrictModeError", "as_spikingjelly", "count", "counts", "load_rules", "neurobench_metrics", "recompute_clause",
+           "register_rule"]
 
 
 def register_rule(op: str, counter: str, rule: str) -> str:
@@ -47,48 +50,6 @@ def register_rule(op: str, counter: str, rule: str) -> str:
 def load_rules(path) -> list[tuple[str, str]]:
     """Register the rules of a TOML file ([counter] tables of "op" = "rule"); see user_rules.py."""
     return user_rules.load(path, COUNTERS)
-
-
-def _quote(text: str) -> str:
-    return "'" + str(text).replace("'", "''") + "'"
-
-
-# What to do with the work activation checkpointing (torch.utils.checkpoint) recomputed during
-# backward: the events and module calls the trace flags `recompute`. It ran, so "include" is the
-# default; "exclude" counts each forward once (the numbers of the run without checkpointing);
-# "only" shows what checkpointing cost.
-RECOMPUTE_CHOICES = ("include", "exclude", "only")
-
-
-def recompute_clause(recompute: str | None) -> str | None:
-    """SQL keeping the events (or module_events) `recompute` selects: None or "include" keeps
-    all (no clause), "exclude" drops the work torch.utils.checkpoint recomputed during
-    backward, "only" keeps just that work. A trace of schema 1.0 has no flag: nothing in it
-    counts as recomputed."""
-    if recompute in (None, "include"):
-        return None
-    if recompute not in RECOMPUTE_CHOICES:
-        raise ValueError(f"recompute must be one of {RECOMPUTE_CHOICES}, got {recompute!r}")
-    return "coalesce(recompute, false)" if recompute == "only" else "NOT coalesce(recompute, false)"
-
-
-def _where(stage=None, phase=None, step=None, rank=None, module=None, ops=None, recompute=None) -> str:
-    """SQL over `events` (stage, phase, step, rank and recompute also over `module_events`)."""
-    clauses = [clause for clause in [recompute_clause(recompute)] if clause]
-    for column, value in (("stage", stage), ("phase", phase), ("step", step), ("rank", rank)):
-        if value is not None:
-            values = value if isinstance(value, (list, tuple, set)) else [value]
-            clauses.append(f"{column} IN ({', '.join(_quote(v) if isinstance(v, str) else str(int(v)) for v in values)})")
-    if module is not None:
-        # events attributed to this scope (and so to its subtree), SpikingJelly-style
-        clauses.append(
-            f"(rank, scope_id) IN (SELECT rank, scope_id FROM scopes WHERE list_contains(parents, {_quote(module)}))"
-        )
-    if ops is not None:
-        patterns = [ops] if isinstance(ops, str) else list(ops)
-        globs = (_quote(p if any(c in p for c in '*?[') else p + '*') for p in patterns)
-        clauses.append("(" + " OR ".join(f"op GLOB {glob}" for glob in globs) + ")")
-    return " AND ".join(clauses) or "true"
 
 
 def _ignore_names(ignore_modules) -> list[str]:

@@ -175,7 +175,8 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     counts = _tidy(counts, ["stage", "scope"])
     # a rule that matched records its op even with a value of 0, a memory-counter call its scopes
     matched = bool((result.frame["scope"] == "Global").any()) or bool(len(memory))
-    warnings = ([] if matched else [NOTHING_MATCHED]) + stateful.warnings(trace, MODEL, compat, ignore_modules)
+    warnings = [] if matched else [NOTHING_MATCHED]
+    warnings += stateful.warnings(trace, MODEL, compat, ignore_modules, where=where)
     return Activity(counts, warnings, _tidy(steps, GROUPS), matched)
 
 

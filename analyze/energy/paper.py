@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from spiketrace.analyze.counters import _ignore_names, _where
-from spiketrace.analyze.counters.neurobench.convention import first_inputs, sample_count
+from spiketrace.analyze.counters.neurobench.batches import batch_sizes, sample_count
 from spiketrace.analyze.energy.breakdown import breakdown_frame, section
 from spiketrace.analyze.energy.spread import spread
 from spiketrace.analyze.energy.synaptic_layers import map_layers, uncosted_notes
@@ -49,6 +49,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "non_spike": (("mac", "omit"), "mac"),
     "matmul_rate": (("left", "right", "both"), "left"),
 }
+SAMPLES_RULE = ("NeuroBench's rule: each batch's batch dimension (dim 1 of a SpikingJelly multi-step module's "
+                "[T, B, ...] input, else dim 0 of the model's first input), summed")
 LAYER_KEYS = ["scope", "index", "kind"]
 LAYER_COLUMNS = ["scope", "index", "kind", "op", "input", "charged", "first", "neurobench", "calls",
                  "input_firing_rate", "dense_mac", "sop", "mac"]
@@ -183,11 +185,11 @@ def _per(rows: pd.DataFrame, keys: list[str], mode: str) -> pd.DataFrame:
     return macs.merge(sops[[*keys, "sop"]], on=keys, how="left").fillna({"sop": 0.0})
 
 
-def _batches(found: list, rows: pd.DataFrame, mode: str, samples: int | None) -> tuple[pd.DataFrame, list]:
-    """One row per batch (rank, recorder step with a forward call of the bound model; `found`:
-    first_inputs of the selection): its samples (NeuroBench's rule, dim 0 of the model's first
-    input) and charged operations."""
-    batches = pd.DataFrame([(r, s, shape[0] if shape else np.nan) for r, s, shape in found],
+def _batches(sizes: list, rows: pd.DataFrame, mode: str, samples: int | None) -> tuple[pd.DataFrame, list]:
+    """One row per batch (rank, recorder step with a forward call of the bound model; `sizes`:
+    batch_sizes of the selection): its samples (NeuroBench's, counters/neurobench/batches.py)
+    and charged operations."""
+    batches = pd.DataFrame([(r, s, np.nan if size is None else size) for r, s, size, _ in sizes],
                            columns=["rank", "step", "samples"])
     if len(rows):
         batches = batches.merge(_per(rows, ["rank", "step"], mode), on=["rank", "step"], how="outer")
@@ -225,13 +227,13 @@ def activity(trace, *, stage=None, step=None, rank=None, ignore_modules=(), comp
     rows = map_layers(trace, where, _ignore_names(ignore_modules), pairs=mode == "event")
     rows, decided = _charges(rows, options, time_steps)
     module_where = where  # the same columns select module events
-    found = first_inputs(trace.con, module_where)  # read once: the samples and each batch's
-    counted, notes = sample_count(trace.con, module_where, found)
+    sizes = batch_sizes(trace.con, module_where)
+    counted, notes = sample_count(trace.con, module_where)
     if samples is None:
-        samples, source = counted, "NeuroBench's rule: dim 0 of the model's first input per batch, summed"
+        samples, source = counted, SAMPLES_RULE
     else:
         notes, source = [], "given"
-    batches, batch_notes = _batches(found, rows, mode, samples)
+    batches, batch_notes = _batches(sizes, rows, mode, samples)
     schedule = _schedule(trace)
     convention = {"name": CONVENTION, **options, **decided, "samples_source": source}
     test_set = {"batches": int(len(batches)), "sampled_by_schedule": schedule is not None, "schedule": schedule,

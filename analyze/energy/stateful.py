@@ -53,11 +53,12 @@ PRODUCT_REACH = {
 
 _MEMORIES = "a->'$.\"$memories\"'"
 
-# In-model modules that ran a forward call and keep state, with their MRO and memories;
-# `{neuron}` is true for the neurons the model costs, `{ignored}` for modules the user skips.
+# In-model modules that ran a forward call in the selection (`{where}` over module_events) and
+# keep state, with their MRO and memories; `{neuron}` is true for the neurons the model costs,
+# `{ignored}` for modules the user skips.
 CANDIDATES_SQL = f"""
 WITH m AS (SELECT rank, module_id, path, class_name, mro, attributes AS a FROM modules WHERE in_model),
-ran AS (SELECT DISTINCT rank, module_id FROM module_events WHERE kind = 'forward_pre'),
+ran AS (SELECT DISTINCT rank, module_id FROM module_events WHERE kind = 'forward_pre' AND ({{where}})),
 costed AS (SELECT rank, path FROM m WHERE {{neuron}})
 SELECT DISTINCT m.path, m.class_name, m.mro,
        CASE WHEN json_type({_MEMORIES}) = 'ARRAY' THEN CAST({_MEMORIES} AS VARCHAR[]) END AS memories,
@@ -106,11 +107,14 @@ def _why(compat: str | None) -> str:
             if compat in neurons.REFERENCE_COMPAT else "")
 
 
-def uncosted_state(trace, model: str, compat: str | None = None, ignore_modules=()) -> pd.DataFrame:
+def uncosted_state(trace, model: str, compat: str | None = None, ignore_modules=(), where: str = "true") \
+        -> pd.DataFrame:
     """One row per module whose state or own products `model` does not cost in full: path,
-    class_name (short), what (state, products), reason."""
+    class_name (short), what (state, products), reason. Only modules that ran in the selection
+    `where` (SQL over module_events: the model's stage, step, rank and recompute filters): one
+    that ran only outside it left nothing uncosted there."""
     query = (CANDIDATES_SQL.replace("{neuron}", neurons.is_neuron("m.mro", model, compat))
-             .replace("{ignored}", _ignored(ignore_modules)))
+             .replace("{ignored}", _ignored(ignore_modules)).replace("{where}", where))
     rows = []
     for row in trace.sql(query).itertuples(index=False):  # one row per module of the model, not per event
         name = _short(row.class_name)
@@ -128,8 +132,10 @@ def uncosted_state(trace, model: str, compat: str | None = None, ignore_modules=
     return pd.DataFrame(rows, columns=["path", "class_name", "what", "reason"])
 
 
-def warnings(trace, model: str, compat: str | None = None, ignore_modules=(), named=()) -> list[str]:
-    """The lines naming what `model` leaves uncosted of stateful modules, but for the classes
-    (short names) in `named`, which the model's own warnings already name with a reason."""
-    frame = uncosted_state(trace, model, compat, ignore_modules)
+def warnings(trace, model: str, compat: str | None = None, ignore_modules=(), named=(), where: str = "true") \
+        -> list[str]:
+    """The lines naming what `model` leaves uncosted of stateful modules that ran in the
+    selection `where`, but for the classes (short names) in `named`, which the model's own
+    warnings already name with a reason."""
+    frame = uncosted_state(trace, model, compat, ignore_modules, where)
     return [reason for name, reason in zip(frame["class_name"], frame["reason"]) if name not in set(named)]

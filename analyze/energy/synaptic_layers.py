@@ -30,6 +30,7 @@ from __future__ import annotations
 import pandas as pd
 
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
+from spiketrace.analyze.counters.fused_attention import FUSED_LAYERS
 from spiketrace.analyze.counters.neurobench.convention import LAYERS, SYNAPTIC_OPS, MissingStatisticsError
 from spiketrace.analyze.counters.sql import MACROS
 
@@ -52,7 +53,13 @@ KEYS = ("rank", "step", "stage", "scope", "index", "kind", "x_spike", "y_spike")
 # Forward ops that multiply activations but whose operands a rule here cannot read: fused
 # attention kernels. Reported, never costed silently as nothing.
 UNCOSTED = ("aten._scaled_dot_product%", "aten.scaled_dot_product%", "aten._flash_attention%",
-            "aten._efficient_attention%")
+            "aten._efficient_attention%", *(op.removesuffix(".default") + "%" for op in FUSED_LAYERS))
+# Why each kind of fused op is no layer here, and what costs it.
+_ATTENTION_NOTE = ("calls of a fused attention kernel are not costed (its operands' spikes are not in the trace); "
+                   "compute attention with matmuls (or torch.matmul) to cost it")
+_LAYER_NOTE = ("calls of torch's fused transformer fast path are not costed (the inputs of its projections and "
+               "attention are not in the trace); run the layer with torch.backends.mha.set_fastpath_enabled(False) "
+               "(or in training mode) to cost it")
 
 
 def _quote(text: str) -> str:
@@ -145,13 +152,13 @@ def layers_sql(where: str, ignored: str | None) -> str:
     """
 
 
-def uncosted_notes(trace, where: str = "true") -> list[str]:
-    """A note per fused op of UNCOSTED the selection ran forward: its calls are no layer here."""
-    like = " OR ".join(f"op LIKE {_quote(pattern)}" for pattern in UNCOSTED)
+def uncosted_notes(trace, where: str = "true", patterns=UNCOSTED) -> list[str]:
+    """A note per fused op of UNCOSTED (or `patterns`) the selection ran forward: its calls are
+    no layer here."""
+    like = " OR ".join(f"op LIKE {_quote(pattern)}" for pattern in patterns)
     rows = trace.con.execute(f"SELECT op, count(*) FROM events WHERE ({where}) AND NOT in_backward AND ({like}) "
                              "GROUP BY op ORDER BY op").fetchall()
-    return [f"{op}: {calls} calls of a fused attention kernel are not costed (its operands' spikes are not in the "
-            "trace); compute attention with matmuls (or torch.matmul) to cost it" for op, calls in rows]
+    return [f"{op}: {calls} {_LAYER_NOTE if op in FUSED_LAYERS else _ATTENTION_NOTE}" for op, calls in rows]
 
 
 def map_layers(trace, where: str = "true", ignore_modules=(), *, pairs: bool = False) -> pd.DataFrame:

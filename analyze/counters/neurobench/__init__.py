@@ -1,7 +1,8 @@
 """NeuroBench 2.3.0 from a trace, one module per idea:
 
     convention.py  synop and mac as NeuroBench's SynapticOperations counts them
-                   (`count(trace, convention="neurobench")`), and the samples it divides by
+                   (`count(trace, convention="neurobench")`)
+    batches.py     the samples NeuroBench divides by, batch by batch
     cells.py       what an RNNCell, LSTMCell or GRUCell call costs beyond its matrix products
     dense.py       SynapticOperations' Dense: every input and weight taken as nonzero
     metrics.py     the six metrics of Benchmark.run() (`neurobench_metrics(trace)`)

@@ -14,8 +14,8 @@ A call whose input x has values in {-1, 0, 1} only is spiking: its operations ar
 ("Effective_ACs", our synop), any other call's are MACs ("Effective_MACs", our mac). Only
 nn.Linear, nn.Conv1d/2d/3d and nn.RNNCellBase layers count (subclasses too, by MRO), forward
 calls only. NeuroBench divides the totals by the samples it was given (`data[0].size(0)` of
-each batch, whatever the time steps); `samples()` infers them from the trace and `per_sample`
-divides. With dense weights and 0/1 inputs the pairs are exactly SpikingJelly's synops.
+each batch, whatever the time steps); `samples()` infers them from the trace (batches.py) and
+`per_sample` divides. With dense weights and 0/1 inputs the pairs are exactly SpikingJelly's synops.
 
 The per-call facts come from the capture's op statistics (schemas/statistics.py, schema 1.3):
 `*_nonzero_pairs` per synaptic op and `x_ternary` of its input. A trace captured before them
@@ -25,10 +25,11 @@ LSTMCell and GRUCell calls also cost NeuroBench's gate and cell-state products
 (cells.py), one row per call under the op "<class> gate and state products".
 nn.RNN/LSTM/GRU layers, which NeuroBench refuses, are listed as unsupported.
 
-Samples follow NeuroBench's rule: dim 0 of each batch's data, here the bound model's first
-input per recorder step, summed. Where that is ambiguous (SpikingJelly multi-step modules, whose
-input is [T, B, ...], and dims 0 and 1 differ) count() warns, naming the dim it took; give the
-count yourself (`per_sample(result, samples)`, `--samples N`).
+Samples are each batch's (recorder step's) batch dimension, summed (batches.py): dim 1 of the
+first SpikingJelly multi-step module's [T, B, ...] input, else dim 0 of the bound model's first
+input, NeuroBench's batch-first rule. Where a model with multi-step modules falls back to the
+latter and it is ambiguous, count() warns, naming the dim it took; give the count yourself
+(`per_sample(result, samples)`, `--samples N`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import pandas as pd
 
 from spiketrace.analyze.counters.engine import ignored_scopes_sql
 from spiketrace.analyze.counters.neurobench import cells as neurobench_cells
+from spiketrace.analyze.counters.neurobench.batches import first_inputs, sample_count, samples
 from spiketrace.analyze.counters.result import CounterResult, StrictModeError
 from spiketrace.schemas.statistics import NEUROBENCH_ADDED_IN
 from spiketrace.schemas.version import parse_version
@@ -61,6 +63,10 @@ SYNAPTIC_OPS: dict[str, tuple[str, str, int]] = {
     "aten.baddbmm.default": ("addmm_nonzero_pairs", "addmm_x_ternary", 1),
     "aten.linear.default": ("linear_nonzero_pairs", "x_ternary", 0),
 }
+
+
+__all__ = ["CONVENTIONS", "COUNTERS", "MissingStatisticsError", "count", "first_inputs", "per_sample", "sample_count",
+           "samples", "summary"]
 
 
 class MissingStatisticsError(ValueError):
@@ -200,50 +206,6 @@ def _unsupported(con, names, module_where: str) -> pd.DataFrame:
     rows = [(name, op, n, 0) for name in names for op, n in calls]
     return pd.DataFrame(rows, columns=["counter", "op", "calls", "tensor_bytes"]).astype(
         {"calls": "int64", "tensor_bytes": "int64"})
-
-
-def first_inputs(con, module_where: str = "true") -> list[tuple[int, int, list | None]]:
-    """Per (rank, recorder step): the shape of the bound model's first forward call's first
-    input (None when it has none, e.g. given by keyword), in (rank, step) order."""
-    return con.execute(f"""
-        WITH firsts AS (
-            SELECT me.rank, me.step, arg_min(me.inputs[1], me.seq) AS input_id
-            FROM (SELECT * FROM module_events WHERE {module_where}) me
-            JOIN modules m ON m.rank = me.rank AND m.module_id = me.module_id
-            WHERE me.kind = 'forward_pre' AND m.in_model AND m.parent_id IS NULL
-            GROUP BY me.rank, me.step
-        )
-        SELECT f.rank, f.step, t.shape FROM firsts f LEFT JOIN tensors t ON t.rank = f.rank AND t.tensor_id = f.input_id
-        ORDER BY f.rank, f.step
-    """).fetchall()
-
-
-def sample_count(con, module_where: str = "true", inputs: list | None = None) -> tuple[int | None, list[str]]:
-    """(samples, notes): the samples NeuroBench divides by, dim 0 of the bound model's first
-    input per recorder step and rank, summed (NeuroBench: `data[0].size(0)` of each batch,
-    batch-first); None when some step has no such input. A note where dim 0 may not be the
-    batch: the model has SpikingJelly multi-step modules ([T, B, ...]) and dims 0 and 1 differ.
-    `inputs`: first_inputs(con, module_where) where the caller has read them already."""
-    inputs = first_inputs(con, module_where) if inputs is None else inputs
-    found = [shape for _, _, shape in inputs]
-    shapes = [shape for shape in found if shape]
-    if not found or len(shapes) != len(found):
-        return None, []
-    taken = sum(shape[0] for shape in shapes)
-    multi_step = con.execute("""
-        SELECT count(*) > 0 FROM modules WHERE in_model AND json_extract_string(attributes, '$.step_mode') = 'm'
-    """).fetchone()[0]
-    if multi_step and any(len(shape) > 1 and shape[0] != shape[1] for shape in shapes):
-        other = sum(shape[1] if len(shape) > 1 else shape[0] for shape in shapes)
-        return taken, [f"samples: took dim 0 of the model's input ({taken} samples), as NeuroBench does (batch-first "
-                       f"data); the model has SpikingJelly multi-step modules, whose input is [T, B, ...]: if dim 0 "
-                       f"holds time steps, dim 1 gives {other}; say the count with --samples N (samples=N)"]
-    return taken, []
-
-
-def samples(con, module_where: str = "true") -> int | None:
-    """The samples NeuroBench would divide by (sample_count without its notes)."""
-    return sample_count(con, module_where)[0]
 
 
 def per_sample(result: CounterResult, samples: int | None) -> dict[str, float | int | None]:
