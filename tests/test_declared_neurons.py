@@ -38,6 +38,7 @@ def test_a_declared_neuron_runs_as_it_did():
             self.tau, self.v_threshold, self._memories = 2.0, 0.5, {"v": 0.0}
 
     x = torch.rand(4, 3, 5)
+    assert issubclass(LIF, LIFNeuron) and issubclass(LIFNeuron, IFNeuron)
     assert torch.equal(LIF()(x), Plain()(x))
     assert set(vars(LIF())) - set(vars(Plain())) == {"v_reset", "step_mode"}
 

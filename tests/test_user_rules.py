@@ -88,6 +88,7 @@ def test_spikingjellys_function_mode_rule_is_written_for_the_aten_op(tmp_path):
         torch.add(y, y)
         y.add(y)
         y + y
-    register_rule("aten.add.Tensor", "ac", "1")
+    with pytest.warns(UserWarning, match="overrides the shipped one"):
+        register_rule("aten.add.Tensor", "ac", "1")
     with open_trace(tmp_path / "t") as trace:
         assert count(trace, ["ac"]).spikingjelly("ac")["Global"]["aten.add.Tensor"] == 3
