@@ -112,6 +112,7 @@ class SpiketraceCallback(TrainerCallback):
     # -- training steps ------------------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
         self._state = state
+        self._depth = 0  # a module call that raised last step never returned
         self.loop.begin_step("train", global_step=state.global_step, epoch=state.epoch)
         self._in_train_step = True
         if self.loop.recording_step:
