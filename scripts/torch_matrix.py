@@ -93,7 +93,7 @@ FULL_TESTS = {
 # Tests inside the files above that need a library not installed here (Norse), or SpikingJelly
 # in a file that otherwise does without it: left out by name (pytest -k).
 NEVER = ("norse",)
-WITHOUT_SPIKINGJELLY = ("spikingjelly", "multi_step_warning", "counts_samples_option")
+WITHOUT_SPIKINGJELLY = ("spikingjelly", "native_multi_step_run", "counts_samples_option")
 TEST_TIMEOUT_S = 1800
 
 PYTEST_INI = """[pytest]
