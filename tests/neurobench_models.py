@@ -207,14 +207,19 @@ def _loader(case: NeuroBenchCase):
 
 
 def run_neurobench(case: NeuroBenchCase) -> tuple[dict, str]:
-    """(Benchmark.run's results, what it printed) over every metric of ours, quiet=False: a
-    metric that raises turns into 0.0 with only a printed message, so the caller checks it."""
+    """(Benchmark.run's results, what it printed) over every metric of ours for `case`."""
+    return benchmark_all(_wrap(case, case.build()), _loader(case))
+
+
+def benchmark_all(model, loader) -> tuple[dict, str]:
+    """(Benchmark.run's results, what it printed) of a NeuroBench model (TorchModel,
+    SNNTorchModel) over `loader`, every metric of ours, quiet=False: a metric that raises turns
+    into 0.0 with only a printed message, so the caller checks it."""
     from neurobench.benchmarks import Benchmark
     from neurobench.metrics.static import ConnectionSparsity, Footprint, ParameterCount
     from neurobench.metrics.workload import ActivationSparsity, MembraneUpdates, SynapticOperations
 
-    model = _wrap(case, case.build())
-    benchmark = Benchmark(model, _loader(case), [], [],
+    benchmark = Benchmark(model, loader, [], [],
                           [[Footprint, ConnectionSparsity, ParameterCount],
                            [SynapticOperations, ActivationSparsity, MembraneUpdates]])
     printed = io.StringIO()

@@ -10,8 +10,6 @@ data, and spiketrace on the native run of the same data transposed; every metric
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
@@ -25,6 +23,7 @@ from spiketrace.analyze.cli import main
 from spiketrace.analyze.counters import count, neurobench_metrics
 from spiketrace.analyze.energy import paper
 from spiketrace.capture import Recorder, record_inference
+from tests.neurobench_models import benchmark_all
 
 T, B = 4, 2  # the shape of the run issue 40 measured: Effective_ACs 4,282 (divided by T) where 8,564 is right
 NODE = "spikingjelly.activation_based.neuron.base_node.BaseNode"
@@ -61,9 +60,6 @@ def spikes() -> torch.Tensor:
 
 
 def run_neurobench(x_batch_first: torch.Tensor) -> dict:
-    from neurobench.benchmarks import Benchmark
-    from neurobench.metrics.static import ConnectionSparsity, Footprint, ParameterCount
-    from neurobench.metrics.workload import ActivationSparsity, MembraneUpdates, SynapticOperations
     from neurobench.models import TorchModel
     from spikingjelly.activation_based.neuron import BaseNode
     from torch.utils.data import DataLoader, TensorDataset
@@ -71,12 +67,8 @@ def run_neurobench(x_batch_first: torch.Tensor) -> dict:
     model = TorchModel(BatchFirst(multi_step_net()))
     model.add_activation_module(BaseNode)
     loader = DataLoader(TensorDataset(x_batch_first, torch.zeros(len(x_batch_first))), batch_size=B)
-    benchmark = Benchmark(model, loader, [], [], [[Footprint, ConnectionSparsity, ParameterCount],
-                                                  [SynapticOperations, ActivationSparsity, MembraneUpdates]])
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
-        results = benchmark.run(quiet=False)
-    assert "Error" not in printed.getvalue(), printed.getvalue()
+    results, printed = benchmark_all(model, loader)
+    assert "Error" not in printed, printed
     return results
 
 

@@ -10,8 +10,6 @@ ConnectionSparsity walks the layers, so counts it in each.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
@@ -23,7 +21,7 @@ from torch import nn
 from spiketrace.analyze.cli import main
 from spiketrace.analyze.counters import neurobench_metrics
 from spiketrace.capture import Recorder
-from tests.neurobench_models import LeakyConv
+from tests.neurobench_models import LeakyConv, benchmark_all
 
 pytest.importorskip("neurobench")
 
@@ -42,9 +40,6 @@ def fresh(build):
 
 def run_neurobench(net: nn.Module, batches, wrapper: str = "SNNTorchModel") -> dict:
     """Benchmark.run over `batches` (a list of data tensors), every metric of ours."""
-    from neurobench.benchmarks import Benchmark
-    from neurobench.metrics.static import ConnectionSparsity, Footprint, ParameterCount
-    from neurobench.metrics.workload import ActivationSparsity, MembraneUpdates, SynapticOperations
     from neurobench.models import SNNTorchModel, TorchModel
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -53,12 +48,8 @@ def run_neurobench(net: nn.Module, batches, wrapper: str = "SNNTorchModel") -> d
     data = torch.cat(batches)
     loader = DataLoader(TensorDataset(data, torch.zeros(len(data))),
                         batch_sampler=[list(range(end - len(b), end)) for b, end in zip(batches, ends)])
-    benchmark = Benchmark(model, loader, [], [], [[Footprint, ConnectionSparsity, ParameterCount],
-                                                  [SynapticOperations, ActivationSparsity, MembraneUpdates]])
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
-        results = benchmark.run(quiet=False)
-    assert "Error" not in printed.getvalue(), printed.getvalue()
+    results, printed = benchmark_all(model, loader)
+    assert "Error" not in printed, printed
     return results
 
 
