@@ -32,12 +32,16 @@ STEPS = 3
 SPIKING_LAYER = "SpikingMLP.sn1"
 
 
-def record(path: Path, *, steps: int = STEPS, value_statistics: str = "full", after_step=None) -> dict[int, float]:
-    """Record `steps` training steps of the example SNN, each on a batch of its own, one cycle
-    per step (flushed as the step ends, as a live callback's schedule does); `after_step(step)`
-    runs while the recorder is still open. Returns each step's spike rate of sn1 as a forward
-    hook sees it: the outputs are kept by reference and summed after the recording, so that
-    the hook adds no op to the trace."""
+EVERY_STEP = schedule(active=1)
+
+
+def record(path: Path, *, steps: int = STEPS, value_statistics: str = "full", after_step=None,
+           steps_recorded=EVERY_STEP, on_trace_ready=None) -> dict[int, float]:
+    """Record `steps` training steps of the example SNN, each on a batch of its own, those
+    `steps_recorded` picks (default: every step, one cycle each, flushed as the step ends, as a
+    live callback's schedule does); `after_step(step)` runs while the recorder is still open.
+    Returns each step's spike rate of sn1 as a forward hook sees it: the outputs are kept by
+    reference and summed after the recording, so that the hook adds no op to the trace."""
     torch.manual_seed(0)
     net = SpikingMLP()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -45,7 +49,7 @@ def record(path: Path, *, steps: int = STEPS, value_statistics: str = "full", af
     current = [0]
     net.sn1.register_forward_hook(lambda module, inputs, output: outputs[current[0]].append(output))
     with Recorder(path, model=net, optimizer=optimizer, value_statistics=value_statistics,
-                  schedule=schedule(active=1)) as recorder:
+                  schedule=steps_recorded, on_trace_ready=on_trace_ready) as recorder:
         for step in range(steps):
             current[0] = step
             x, y = example_batch(seed=step)

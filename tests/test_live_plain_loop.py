@@ -11,35 +11,18 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from spiketrace.capture import Recorder, schedule
+from spiketrace.capture import schedule
 from spiketrace.capture.live import CsvSink, LiveAnalysis, TensorBoardSink
-from spiketrace.capture.session.example import SpikingMLP, example_batch
 from tests.sink_readers import read_csv, read_tensorboard
+from tests.test_live_analysis import record as record_steps
 
 EVERY_SECOND_STEP = schedule(wait=1, active=1)
 
 
 def train(path, steps: int, live, record=EVERY_SECOND_STEP) -> None:
-    torch.manual_seed(0)
-    net = SpikingMLP()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-    with Recorder(path, model=net, optimizer=optimizer, schedule=record, on_trace_ready=live) as rec:
-        for step in range(steps):
-            x, y = example_batch(seed=step)
-            net.sn1.reset()
-            net.sn2.reset()
-            with rec.stage("forward"):
-                out = net(x)
-            with rec.suspend():
-                loss = torch.nn.functional.mse_loss(out, y)
-            with rec.stage("backward"):
-                loss.backward()
-            with rec.stage("optimizer"):
-                optimizer.step()
-                optimizer.zero_grad()
-            rec.step()
+    """The example SNN trained `steps` steps, those `record` picks recorded, `live` told of each cycle."""
+    record_steps(path, steps=steps, steps_recorded=record, on_trace_ready=live)
 
 
 def test_a_plain_loop_logs_each_recorded_step(tmp_path):
