@@ -32,9 +32,9 @@ from spiketrace.analyze.live.scalars import ConfigError, ScalarConfig, one_line,
 from spiketrace.analyze.live.sinks import Sinks
 from spiketrace.analyze.present.health import health_lines
 from spiketrace.analyze.results import Analysis
+from spiketrace.analyze.trace.reader import UNFINISHED
 
 NOTE_PREFIX = "spiketrace live: "
-RUNNING_TRACE = "not complete (still being captured"  # analyze/trace/reader.py's warning of a running trace
 
 
 class RequestError(ValueError):
@@ -146,7 +146,7 @@ class Worker:
             warnings.simplefilter("always")
             trace = analysis.trace
             # a trace still being written is what the worker is for: that warning is no news
-            said = [w for w in trace.warnings if RUNNING_TRACE not in w]
+            said = [w for w in trace.warnings if not w.endswith(UNFINISHED)]
             for line in [*health_lines(trace.health()), *(f"warning: {w}" for w in said)]:
                 self.notes.say(f"{request.trace}: {line}")
             steps = request.steps

@@ -115,13 +115,16 @@ def open_trace(path: str | os.PathLike, *, run: str | None = None, verify: bool 
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+# How a trace whose capture has not closed (or died) is said: a reader that expects one (the
+# live analysis reads a trace while it is written) tells this warning by it.
+UNFINISHED = ("not complete (still being captured, or the capturing process died); this is the snapshot of its "
+              "committed flushes")
+
+
 def _add_state_warnings(manifests: dict[int, dict], ranks: list[int] | None, warnings: list[str]) -> None:
     for rank, manifest in sorted(manifests.items()):
         if manifest.get("status") != COMPLETE:
-            warnings.append(
-                f"rank {rank}: trace status is {manifest.get('status')!r}, not complete (still being "
-                "captured, or the capturing process died); this is the snapshot of its committed flushes"
-            )
+            warnings.append(f"rank {rank}: trace status is {manifest.get('status')!r}, {UNFINISHED}")
     if len({m.get("schema_version") for m in manifests.values()}) > 1:
         versions = {rank: m.get("schema_version") for rank, m in sorted(manifests.items())}
         warnings.append(f"ranks were written with different schema versions: {versions}")
