@@ -66,7 +66,6 @@ class SpiketraceCallback(TrainerCallback):
                                  recorder_options=recorder_options)
         self._args = None
         self._model: torch.nn.Module | None = None
-        self._runs: dict[str, int] = {}
         self._run_kind: str | None = None
         self._in_train_step = False
         self._depth = 0  # module calls in progress (the outermost one is the model's)
@@ -87,12 +86,9 @@ class SpiketraceCallback(TrainerCallback):
     def _begin(self, kind: str, args, state, model, optimizer=None) -> None:
         self._args, self._state = args, state
         self._model = model if model is not None else self._model
-        count = self._runs.get(kind, 0)
-        self._runs[kind] = count + 1
         root = self.path or os.path.join(args.output_dir, "spiketrace")
-        path = os.path.join(root, kind if count == 0 else f"{kind}-{count}")
         optimizers = [getattr(optimizer, "optimizer", optimizer)] if optimizer is not None else []
-        self.loop.begin_run(kind, path, self._model, optimizers)
+        self.loop.begin_run(kind, root, self._model, optimizers)
         self._run_kind = kind
         if self.inference:
             self._install()

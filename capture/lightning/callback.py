@@ -72,7 +72,6 @@ class SpiketraceCallback(Callback):
                                  recorder_options=recorder_options)
         self._root: str | None = None
         self._trainer = None
-        self._runs: dict[str, int] = {}
         self._hooks: list = []  # the optimizers' step post-hooks of the run in progress
 
     @property
@@ -87,11 +86,8 @@ class SpiketraceCallback(Callback):
         self._trainer = trainer
 
     def _begin(self, kind: str, trainer, pl_module) -> None:
-        count = self._runs.get(kind, 0)
-        self._runs[kind] = count + 1
         root = self._root or os.path.join(trainer.default_root_dir, "spiketrace")
-        path = os.path.join(root, kind if count == 0 else f"{kind}-{count}")
-        self.loop.begin_run(kind, path, pl_module, optimizers=lambda: list(trainer.optimizers))
+        self.loop.begin_run(kind, root, pl_module, optimizers=lambda: list(trainer.optimizers))
         if kind == "fit":
             self._hooks = [o.register_step_post_hook(lambda *_: self._after_optimizer(pl_module))
                            for o in trainer.optimizers if isinstance(o, torch.optim.Optimizer)]

@@ -5,7 +5,7 @@ hand-written script opens `rec.stage(...)` and calls `rec.step()` are its hooks.
 (spiketrace.capture.lightning, spiketrace.capture.huggingface) translate their hooks into the
 few calls here:
 
-    begin_run(kind, path, model, optimizers)   fit / validate / test: one trace each
+    begin_run(kind, root, model, optimizers)   fit / validate / test: one trace each, <root>/<kind>
     begin_step(kind, index, **facts)           a batch starts: train, validation, test, evaluate
     enter(stage, phase)                        the work from here on belongs to this stage
     pause()                                    the work from here on is the framework's own
@@ -81,18 +81,22 @@ class LoopRecorder:
         self._rule = _NextAction({kind: _describe(rule) for kind, rule in schedules.items()})
         self._stage: contextlib.ExitStack | None = None
         self._counts: dict[str, int] = {}  # steps of each kind seen in this run
+        self._runs: dict[str, int] = {}  # runs of each kind begun (their traces' names)
         self._unreported: dict[int, int | tuple[int, str]] = {}  # recorded step -> (framework step, kind)
         self._step_open = False
         self._warned: set[str] = set()
 
     # -- runs ------------------------------------------------------------------------------
-    def begin_run(self, kind: str, path: str, model: torch.nn.Module | None,
+    def begin_run(self, kind: str, root: str, model: torch.nn.Module | None,
                   optimizers: Iterable | Callable[[], Iterable] = ()) -> None:
-        """A fit / validate / test begins; its trace is `path` (opened at its first recorded
-        step). `optimizers`, or a function returning them when the trace opens (a framework
-        may make them after the run began)."""
+        """A fit / validate / test begins; its trace is `<root>/<kind>` (`-1`, `-2` for the
+        kind's later runs), opened at its first recorded step. `optimizers`, or a function
+        returning them when the trace opens (a framework may make them after the run began)."""
         self._guard(self._end_run_now, "end_run", False)  # a run the framework never ended
-        self._run = (kind, os.fspath(path), model, optimizers)
+        count = self._runs.get(kind, 0)
+        self._runs[kind] = count + 1
+        path = os.path.join(os.fspath(root), kind if count == 0 else f"{kind}-{count}")
+        self._run = (kind, path, model, optimizers)
         self._counts = {}
         # The worker process starts with the run, before its steps: its start-up (a Python that
         # imports the analysis) is not paid inside a recorded step. No scalars if it cannot be
