@@ -41,7 +41,16 @@ CONFIGS = {
     "if_hard": (neuron.IFNode, dict(v_reset=0.0), (4, 2, 5)),
     "if_soft_v_seq": (neuron.IFNode, dict(v_reset=None, store_v_seq=True,
                                           surrogate_function=surrogate.ATan()), (4, 2, 3)),
+    # ParametricLIFNode: LIF with sigmoid(w) for 1 / tau, and w's own gradient
+    "plif": (neuron.ParametricLIFNode, dict(init_tau=2.0, surrogate_function=surrogate.ATan()), (4, 2, 3)),
+    "plif_no_decay": (neuron.ParametricLIFNode, dict(init_tau=3.0, decay_input=False), (5, 2, 3, 2)),
+    "plif_soft_detach": (neuron.ParametricLIFNode, dict(v_reset=None, detach_reset=True, store_v_seq=True,
+                                                        surrogate_function=surrogate.ATan()), (3, 4)),
+    "plif_no_decay_soft": (neuron.ParametricLIFNode, dict(decay_input=False, v_reset=None,
+                                                          surrogate_function=surrogate.Erf()), (4, 3)),
+    "plif_hard_v_seq": (neuron.ParametricLIFNode, dict(v_reset=-0.5, store_v_seq=True), (2, 2, 5)),
 }
+FUSED_NAME = {neuron.IFNode: "sj_if", neuron.LIFNode: "sj_lif", neuron.ParametricLIFNode: "sj_plif"}
 
 
 def _record(path, device, config):
@@ -71,7 +80,7 @@ def _stage_totals(path, skip=()):
 def test_fused_op_counts_as_its_cpu_decomposition(tmp_path, config):
     meta = _record(tmp_path / "meta", "meta", config)
     cpu = _record(tmp_path / "cpu", "cpu", config)
-    name = "sj_lif" if CONFIGS[config][0] is neuron.LIFNode else "sj_if"
+    name = FUSED_NAME[CONFIGS[config][0]]
     with open_trace(meta) as trace:
         ops = set(trace.sql("SELECT DISTINCT op FROM events")["op"])
         assert {f"{name}.forward.default", f"{name}.backward.default"} <= ops
@@ -105,6 +114,34 @@ def test_half_precision_input_current(tmp_path, dtype):
     assert run("meta") == run("cpu")
 
 
+@pytest.mark.parametrize("x_dtype,w_dtype,trained", [
+    (torch.float32, torch.float32, False),  # a frozen w: no gradient of w on CPU
+    (torch.bfloat16, torch.float32, True),  # x.float() each step, gradients cast back
+    (torch.float32, torch.float16, True),   # w.float() once, its gradient cast back
+])
+def test_plif_dtypes_and_frozen_w(tmp_path, x_dtype, w_dtype, trained):
+    # sj_plif.forward called as SpikingJelly's wrapper calls it (x_seq, v_init, w, decay_input,
+    # threshold, reset, detach_reset, alpha, store_v_seq, surrogate_id)
+    import spikingjelly._ops.plif  # noqa: F401  registers torch.ops.sj_plif
+
+    def run(device):
+        torch.manual_seed(0)
+        x = torch.randn(4, 2, 3).to(x_dtype).to(device).requires_grad_(True)
+        w = torch.tensor(-0.3, dtype=w_dtype, device=device).requires_grad_(trained)
+        v, grad = torch.zeros(2, 3, device=device), torch.randn(4, 2, 3).to(x_dtype).to(device)
+        with Recorder(tmp_path / device) as recorder:
+            with recorder.stage("forward"):
+                spikes, _, _ = torch.ops.sj_plif.forward(x, v, w, True, 1.0, 0.0, False, 4.0, False, 1)
+            with recorder.stage("backward"):
+                spikes.backward(grad)
+        return _stage_totals(tmp_path / device, skip=(WRAPPER,))
+
+    fused, decomposed = run("meta"), run("cpu")
+    assert fused == decomposed
+    # w's gradient is work only when w is trained: backward FLOPs differ by its terms
+    assert fused["flop", "backward"] > 0
+
+
 def _lif_by_hand(tmp_path):
     return _stage_totals(_record(tmp_path / "meta", "meta", "lif"), skip=(WRAPPER,))
 
@@ -123,6 +160,20 @@ def test_lif_counts_by_hand(tmp_path):
     # the reset's 3 mul, neg, 3 add and the charge's neg and add
     assert got["flop", "backward"] == 7 * n + 9 * chained
     assert got["ac", "backward"] == 1 * n + 4 * chained
+
+
+def test_plif_counts_by_hand(tmp_path):
+    # PLIF as test_lif_counts_by_hand's LIF (T = 4, E = 6, n = 24, chained 18), with q = sigmoid(w)
+    got = _stage_totals(_record(tmp_path / "meta", "meta", "plif"), skip=(WRAPPER,))
+    n, chained, steps = 24, 18, 4
+    # forward: LIF's 10 per element-step (mul by q for div by tau), plus sigmoid(w) once: 4
+    assert got["flop", "forward"] == 10 * n + 4
+    # bytes: LIF's 114 n + v_init's 24, q's 4 B in each step's product, sigmoid's 4 + 4
+    assert got["memory_access", "forward"] == 114 * n + 4 * 6 + 4 * steps + 8
+    # backward: LIF's 7 n + 9 chained, and w's gradient: grad * (x - (v - 0)) each element-step,
+    # each step's sum to a scalar (E - 1 adds), the steps' 3 scalar adds, sigmoid_backward 1
+    assert got["flop", "backward"] == 7 * n + 9 * chained + n + (n - steps) + (steps - 1) + 1
+    assert got["ac", "backward"] == 1 * n + 4 * chained + (n - steps) + (steps - 1)
 
 
 # -- value-dependent ACs: the rule over the facts a CUDA trace records ---------------------------

@@ -70,7 +70,7 @@ ACCUMULATION = (
     # their multi-tensor forms and the fused optimizers, which a GPU run dispatches instead
     "aten._foreach_add*", "aten._foreach_sub*", "aten._foreach_lerp*", "aten._fused_adam*", "aten._fused_sgd*",
     "aten._fused_adagrad*",
-    # SpikingJelly's fused neuron ops (CUDA): the charge accumulates. sj_if and sj_lif have
+    # SpikingJelly's fused neuron ops (CUDA): the charge accumulates. sj_if, sj_lif, sj_plif have
     # rules (sj_neuron_ops.py); the others are reported as unknown, never silently not applicable
     "sj_*.forward.*", "sj_*.backward.*",
 )

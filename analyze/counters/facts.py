@@ -3,7 +3,7 @@
 
 Rules name operand facts by slot: `a<i>_<fact>` is the tensor passed as positional argument i,
 `o<j>_<fact>` the j-th output, `a<i>_items_<fact>` the sum over the items of a tensor-list
-argument, `k_<name>_<fact>` a keyword tensor. Facts: numel, bytes, shape, is01, nnz, present.
+argument, `k_<name>_<fact>` a keyword tensor. Facts: numel, bytes, shape, is01, nnz, requires_grad, present.
 Always there: `tensor_bytes` (all the op's tensors) and `out_bytes` (all its outputs).
 Only the columns the requested rules mention are built, so the relation stays as narrow as
 the question asked of it. Op statistics appear as `stat_<name>`.
@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from spiketrace.schemas.statistics import STATISTICS
 
 _SLOT_NAME = r"(?:[ao]\d+|k_[a-z_]+?)"
-_SLOT = re.compile(r"\b(a|o)(\d+)_(items_)?(numel|bytes|shape|is01|nnz|present)\b")
-_KWARG = re.compile(r"\bk_([a-z_]+?)_(numel|bytes|shape|is01|nnz|present)\b")
+_SLOT = re.compile(r"\b(a|o)(\d+)_(items_)?(numel|bytes|shape|is01|nnz|requires_grad|present)\b")
+_KWARG = re.compile(r"\bk_([a-z_]+?)_(numel|bytes|shape|is01|nnz|requires_grad|present)\b")
 _STAT = re.compile(r"\bstat_([a-z_0-9]+)\b")
 # the shape forms served by per-tensor integer columns, and those columns' names
 _SHAPE_PROD = re.compile(rf"\bprod\(({_SLOT_NAME})_shape(?:\[(\d+):\])?\)")

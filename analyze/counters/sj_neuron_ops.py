@@ -1,9 +1,11 @@
-"""SpikingJelly 2.0.0's fused neuron ops (`sj_if`, `sj_lif`): FLOP, byte and AC rules equal to
-what the counters give the same call on CPU (tests/test_sj_neuron_ops.py records both).
+"""SpikingJelly 2.0.0's fused neuron ops (`sj_if`, `sj_lif`, `sj_plif`): FLOP, byte and AC rules
+equal to what the counters give the same call on CPU (tests/test_sj_neuron_ops.py records both).
 
 On CUDA (and meta) a multi-step IFNode/LIFNode call is one registered op,
 `sj_<neuron>.forward(x_seq, v_init, <parameters>) -> (spikes, v, h_seq)`, and its gradient one
 `sj_<neuron>.backward(grad_spikes, grad_v, h_seq, <parameters>) -> (grad_x, grad_v_init)`.
+ParametricLIFNode's is `sj_plif.forward(x_seq, v_init, w, ...)`, its gradient
+`sj_plif.backward(grad_spikes, grad_v, x_seq, v_init, w, h_seq, ...) -> (.., grad_w)`.
 On CPU SpikingJelly's AutogradCPU kernel runs the same call as per-step aten ops
 (spikingjelly/_ops/<neuron>/reference.py, reset.py, surrogate.py), and autograd differentiates
 them; those are what SpikingJelly's own counters see. Each rule here is that decomposition's
@@ -41,6 +43,14 @@ intermediate values are not in the trace. So: a known binary x_seq (grad_spikes)
 AC unknown (NULL, reported), any other (values unknown on meta included) gets the dense count,
 which CPU gives for a float input current such as a synaptic layer's output.
 
+PLIF is LIF with `* q`, q = sigmoid(w) (w a 0-dim tensor), where LIF divides by tau: the same
+per-element terms, plus q's bytes in each step's product (4 B), the sigmoid once, x's per-step
+`x.float()` (a copy when x is not float32), and in backward w's gradient when w requires grad:
+every step `grad * (x - (v - v_reset))` (or `-(v - v_reset)`) summed to a scalar, the steps'
+T - 1 scalar adds, sigmoid's derivative; without decay_input the first step's `-grad` too
+(`(v_init - v_reset) * q` needs grad through q). A w that does not require grad (frozen, or
+its requires_grad unknown: assumed trainable) skips those.
+
 Surrogates (surrogate_id, SpikingJelly's _SURROGATE_IDS) whose gradient takes `abs`
 (PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike) have no FLOP or byte rule, as `abs`
 and `clamp_min` have none on CPU: those counts are unknown; their ACs are known.
@@ -64,21 +74,34 @@ class Cost(NamedTuple):
 
 ZERO = Cost(0, 0, 0)
 
-# Argument positions (after the tensors) of each op: the parameters the rules read.
+# Argument positions of each op's parameters and of the tensors the rules read: x (its dtype
+# gives the spikes' and gradients' bytes) and the stacked h_seq of backward ([T, ...]).
 # sj_if.forward(x, v, threshold, reset, detach_reset, alpha, store_v_seq=True, surrogate_id=0)
 # sj_lif.forward(x, v, tau, decay_input, threshold, reset, detach_reset, alpha, store_v_seq,
 #                surrogate_id); backward: (grad_spikes, grad_v, h, <the same parameters>)
+# sj_plif.forward(x, v, w, <sj_lif's from decay_input on>); backward: (grad_spikes, grad_v, x,
+#                 v, w, h, <the same>)
 LAYOUTS = {
     "sj_if.forward.default": {"reset": 3, "detach_reset": 4, "store_v_seq": 6},
-    "sj_if.backward.default": {"reset": 4, "detach_reset": 5, "surrogate_id": 8},
+    "sj_if.backward.default": {"reset": 4, "detach_reset": 5, "surrogate_id": 8, "h": 2},
     "sj_lif.forward.default": {"decay_input": 3, "reset": 5, "detach_reset": 6, "store_v_seq": 8},
-    "sj_lif.backward.default": {"decay_input": 4, "reset": 6, "detach_reset": 7, "surrogate_id": 10},
+    "sj_lif.backward.default": {"decay_input": 4, "reset": 6, "detach_reset": 7, "surrogate_id": 10, "h": 2},
+    "sj_plif.forward.default": {"decay_input": 3, "reset": 5, "detach_reset": 6, "store_v_seq": 8, "w": 2},
+    "sj_plif.backward.default": {"decay_input": 6, "reset": 8, "detach_reset": 9, "surrogate_id": 12, "h": 5,
+                                 "w": 4},
 }
 
 # -- forward (reference._forward_impl) ------------------------------------------------------
 # LIF's charge, either form: sub 8 B + (x - a or + x) 8 + s + div 8 + add or sub 12; ACs the
 # sub, sub and add. IF's: add 8 + s.
-CHARGE = {"sj_if": Cost(1, 1, 8, 1), "sj_lif": Cost(4, 3, 36, 1)}
+CHARGE = {"sj_if": Cost(1, 1, 8, 1), "sj_lif": Cost(4, 3, 36, 1), "sj_plif": Cost(4, 3, 40)}
+# PLIF: `x.float()` each step (a copy, 4 + s, when x is not float32; its sub then reads 4 B),
+# q's 4 B in each step's product, and q = w.float().sigmoid() once (w's copy when w is not
+# float32: its element size + 4).
+X_FLOAT = Cost(0, 0, 4, 1)
+Q_READ = Cost(0, 0, 4)
+SIGMOID_OF_W = Cost(4, 0, 8)  # flop.py's sigmoid: 4 per element
+W_FLOAT = Cost(0, 0, 4, 1)
 FIRE = Cost(2, 1, 18)        # sub 8 B, ge 4 + 1 (bool), _to_copy 1 + 4
 SPIKE_CAST = Cost(0, 0, 4, 1)  # x not float32: spike.to(x.dtype)
 RESET = {"hard": Cost(4, 2, 40), "soft": Cost(2, 1, 20)}  # mul 8, rsub 8, mul 12, add 12 | mul 8, sub 12
@@ -96,7 +119,15 @@ SURROGATE = {
 }
 GRAD_X = Cost(0, 0, 0, 2)        # stack of the steps' x gradients (UnbindBackward), x's dtype
 GRAD_CAST = Cost(0, 0, 8, 2)     # x not float32: the spike's gradient to float32, x's back (4 + s each)
-DECAY_INPUT_GRAD = Cost(1, 0, 8)  # LIF with decay_input: x's gradient divided by tau
+DECAY_INPUT_GRAD = Cost(1, 0, 8)  # LIF with decay_input: x's gradient divided by tau (PLIF: * q)
+# PLIF's gradient of w: every element-step `grad * factor` (12 B) and the read of its sum
+# (4 B), the sums' E - 1 adds per step (their 4 B result per step: Q_READ), the T - 1 adds of
+# the steps' scalars (12 B each), sigmoid_backward (12 B) and, w not float32, the cast back.
+W_GRAD_PRODUCT = Cost(1, 0, 16)
+W_GRAD_SUM = Cost(1, 1, 0)
+W_GRAD_STEPS = Cost(1, 1, 12)
+SIGMOID_BACKWARD = Cost(1, 0, 12)
+FIRST_STEP_NEG = Cost(1, 0, 8)  # PLIF without decay_input: -grad of (v_init - v_reset) * q
 # From step t to t-1, the charge's derivative on v's path: LIF with decay_input neg (of
 # x - a), add (v's two uses); without: neg, div, add; IF's h = v + x passes it on.
 CHARGE_CHAIN = {"sj_if": ZERO, "sj_lif_decay": Cost(2, 1, 20), "sj_lif": Cost(3, 1, 28)}
@@ -118,8 +149,12 @@ def _hard(op: str) -> str:
     return f"NOT {arg_is_null(LAYOUTS[op]['reset'])}"
 
 
+Term = tuple[list[tuple[str, Cost]], str, str]  # (condition, cost) cases, elements, x's bytes
+
+
 def _pick(cases: list[tuple[str, Cost]], field: str, elements: str, x_bytes: str) -> str:
-    """CASE over (condition, cost): the cost's `field` per element per step, times `elements`."""
+    """CASE over (condition, cost): the cost's `field` per element per step, times `elements`
+    (bytes: plus j times `x_bytes`)."""
     def value(cost: Cost) -> str:
         amount = cost.k if field == "bytes" else getattr(cost, field)
         if amount is None:
@@ -142,41 +177,72 @@ def _reset_cases(op: str, table: dict, detach: bool) -> list[tuple[str, Cost]]:
             (det, table[("soft", True)]), ("true", table[("soft", False)])]
 
 
-def _forward_terms(op: str) -> list[tuple[list[tuple[str, Cost]], str]]:
-    """(cases, elements) per term of the forward; x = a0 ([T, ...]): T * E = a0_numel."""
+def _when(condition: str, cost: Cost) -> list[tuple[str, Cost]]:
+    return [(condition, cost), ("true", ZERO)]
+
+
+def _forward_terms(op: str) -> list[Term]:
+    """The forward's terms; x = a0 ([T, ...]): T * E = a0_numel element-steps."""
     neuron = op.split(".")[0]
-    n = "a0_numel"
-    return [
-        ([("true", CHARGE[neuron])], n),
-        ([("true", FIRE)], n),
-        ([("a0_bytes <> 4 * a0_numel", SPIKE_CAST), ("true", ZERO)], n),
-        (_reset_cases(op, RESET, detach=False), n),
-        ([("true", OUTPUTS)], n),
-        ([(_flag(op, "store_v_seq"), V_SEQ), ("true", ZERO)], n),
+    n, x = "a0_numel", "a0_bytes"
+    not_float32 = "a0_bytes <> 4 * a0_numel"
+    terms: list[Term] = [
+        ([("true", CHARGE[neuron])], n, x),
+        ([("true", FIRE)], n, x),
+        (_when(not_float32, SPIKE_CAST), n, x),
+        (_reset_cases(op, RESET, detach=False), n, x),
+        ([("true", OUTPUTS)], n, x),
+        (_when(_flag(op, "store_v_seq"), V_SEQ), n, x),
     ]
-
-
-def _backward_terms(op: str) -> list[tuple[list[tuple[str, Cost]], str]]:
-    """(cases, elements) per term of the backward; h = a2 ([T, ...]): every step a2_numel
-    elements, from step to step a2_numel - E, E = a2_numel / T."""
-    neuron = op.split(".")[0]
-    every, chained = "a2_numel", "(a2_numel - a2_numel // a2_shape[1])"
-    surrogate = f"coalesce({arg(LAYOUTS[op]['surrogate_id'])}, 0)"
-    if neuron == "sj_lif":
-        decay = _flag(op, "decay_input")
-        decay_terms = [
-            ([(decay, DECAY_INPUT_GRAD), ("true", ZERO)], every),
-            ([(decay, CHARGE_CHAIN["sj_lif_decay"]), ("true", CHARGE_CHAIN["sj_lif"])], chained),
+    if neuron == "sj_plif":
+        w = f"a{LAYOUTS[op]['w']}"
+        terms += [
+            (_when(not_float32, X_FLOAT), n, x),
+            ([("true", Q_READ)], "a0_shape[1]", x),
+            ([("true", SIGMOID_OF_W)], "1", x),
+            (_when(f"{w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
         ]
-    else:
-        decay_terms = []
-    return [
-        ([(f"{surrogate} = {i}", cost) for i, cost in SURROGATE.items()] + [("true", Cost(None, None, None))], every),
-        ([("true", GRAD_X)], every),
-        ([("a0_bytes <> 4 * a0_numel", GRAD_CAST), ("true", ZERO)], every),
-        *decay_terms,
-        (_reset_cases(op, RESET_CHAIN, detach=True), chained),
+    return terms
+
+
+def _backward_terms(op: str) -> list[Term]:
+    """The backward's terms; h ([T, ...]): every step T * E elements, from step to step
+    (T - 1) * E."""
+    neuron = op.split(".")[0]
+    h, x = f"a{LAYOUTS[op]['h']}", "a0_bytes"
+    every, steps = f"{h}_numel", f"{h}_shape[1]"
+    chained = f"({every} - {every} // {steps})"
+    surrogate = f"coalesce({arg(LAYOUTS[op]['surrogate_id'])}, 0)"
+    terms: list[Term] = [
+        ([(f"{surrogate} = {i}", cost) for i, cost in SURROGATE.items()] + [("true", Cost(None, None, None))],
+         every, x),
+        ([("true", GRAD_X)], every, x),
+        (_when("a0_bytes <> 4 * a0_numel", GRAD_CAST), every, x),
+        (_reset_cases(op, RESET_CHAIN, detach=True), chained, x),
     ]
+    if neuron == "sj_if":
+        return terms
+    decay = _flag(op, "decay_input")
+    terms += [
+        (_when(decay, DECAY_INPUT_GRAD), every, x),
+        ([(decay, CHARGE_CHAIN["sj_lif_decay"]), ("true", CHARGE_CHAIN["sj_lif"])], chained, x),
+    ]
+    if neuron == "sj_plif":
+        w = f"a{LAYOUTS[op]['w']}"
+        trained = f"coalesce({w}_requires_grad, true)"
+        terms += [
+            # q's read in x's product (decay_input) or in v's, from step to step (without)
+            ([(decay, Q_READ), ("true", ZERO)], steps, x),
+            ([(decay, ZERO), ("true", Q_READ)], f"({steps} - 1)", x),
+            (_when(trained, W_GRAD_PRODUCT), every, x),
+            (_when(trained, W_GRAD_SUM), f"({every} - {steps})", x),
+            (_when(trained, Q_READ), steps, x),
+            (_when(trained, W_GRAD_STEPS), f"({steps} - 1)", x),
+            (_when(trained, SIGMOID_BACKWARD), "1", x),
+            (_when(f"{trained} AND {w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
+            (_when(f"{trained} AND NOT {decay}", FIRST_STEP_NEG), f"({every} // {steps})", x),
+        ]
+    return terms
 
 
 # LIF without decay_input, first step: `v_init - (v_init - v_reset) / tau` subtracts two tensors
@@ -190,16 +256,24 @@ _FIRST_STEP_SUB = (
     f" WHEN a1_is01 AND a1_nnz = a1_numel AND {_RESET_VALUE} = 1 - {arg(2, 'DOUBLE')} THEN 2 * a1_numel"
     " ELSE a1_numel END)"
 )
+# PLIF's `(v_init - v_reset) * q`, q = sigmoid(w) in (0, 1) and w's value not recorded: binary
+# with a zero v_init and reset value, dense otherwise, except that with a negative reset value
+# a binary v_init could make it 1 (unknown). (q rounds to 1.0 in float32 only for w > 16.6.)
+_PLIF_FIRST_STEP_SUB = (
+    f"(CASE WHEN coalesce(a1_is01, true) AND coalesce(a1_nnz, 0) = 0 AND {_RESET_VALUE} = 0 THEN 0"
+    f" WHEN coalesce(a1_is01, true) AND {_RESET_VALUE} < 0 THEN NULL ELSE a1_numel END)"
+)
 AC_ADJUSTMENT = {
-    "sj_lif.forward.default":
-        f"CASE WHEN {_flag('sj_lif.forward.default', 'decay_input')} THEN 0 ELSE {_FIRST_STEP_SUB} - a1_numel END",
+    op: f"CASE WHEN {_flag(op, 'decay_input')} THEN 0 ELSE {first_step} - a1_numel END"
+    for op, first_step in (("sj_lif.forward.default", _FIRST_STEP_SUB),
+                           ("sj_plif.forward.default", _PLIF_FIRST_STEP_SUB))
 }
 
 
 def _rule(op: str, field: str) -> str:
     forward = op.split(".")[1] == "forward"
     terms = _forward_terms(op) if forward else _backward_terms(op)
-    picked = [_pick(cases, field, elements, "a0_bytes") for cases, elements in terms]
+    picked = [_pick(cases, field, elements, x_bytes) for cases, elements, x_bytes in terms]
     total = "(" + " + ".join(p for p in picked if p != "0") + ")"
     if field != "ac":
         return total
