@@ -71,7 +71,10 @@ def test_counts_equal_spikingjelly(tmp_path, case, optimizer_name):
         split = {**result.unsupported_of(name), **result.not_applicable_of(name)}
         assert not set(result.unsupported_of(name)) & set(result.not_applicable_of(name))
         assert set(split) | counted_extra == set(unsupported[name]), name
-        assert all(split[op] == unsupported[name][op] for op in split), name
+        # an op our extra rules count can still be unknown in some calls (a conv's backward
+        # over spikes has no AC rule yet: conv_backward.py): only those calls are reported
+        assert all(split[op] == unsupported[name][op] for op in split if op not in counted_extra), name
+        assert all(split[op] < unsupported[name][op] for op in split if op in counted_extra), name
 
 
 def test_ignored_modules_match_spikingjelly_in_compat_mode(tmp_path):

@@ -11,16 +11,8 @@ give every value exactly:
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, fused_attention, sj_neuron_ops, undecomposed
-from spiketrace.analyze.counters.sql import arg, kwarg
-
-
-def values_known(rule: str, *slots: str) -> str:
-    """`rule`, or NULL (the event is reported as uncovered) where an operand's is01 is unknown:
-    a meta tensor (or fake one) has no values, so capture records no nnz/is01 for it, and a
-    rule reading null as "not a spike" would guess."""
-    unknown = " OR ".join(f"{slot}_is01 IS NULL" for slot in slots)
-    return f"CASE WHEN {unknown} THEN NULL ELSE {rule} END"
+from spiketrace.analyze.counters import conv_backward, device_ops, fused_attention, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters.sql import CUMSUM_ADDS, arg, kwarg, values_known
 
 
 def _gemm(x: str, y: str, both: str, n_of_y: str, m_of_x: str, alpha_guard: bool) -> str:
@@ -93,6 +85,8 @@ RULES: dict[str, str] = {
 EXTRA_RULES: dict[str, str] = {
     **{f"aten.{name}.default": "o0_numel" for name in ("addcmul", "addcmul_", "addcdiv", "addcdiv_")},
     **{f"aten.{name}.{overload}": "(2 * o0_numel)" for name in ("lerp", "lerp_") for overload in ("Scalar", "Tensor")},
+    # a running sum's adds, as sum's are counted (whatever the values)
+    **{op: CUMSUM_ADDS for op in ("aten.cumsum.default", "aten.cumsum_.default")},
 }
 # Layer norm: batch norm's training rule with G per-row statistics for its C per-channel ones
 # and no running statistics: (n - G) + n + G + n.
@@ -105,6 +99,8 @@ EXTRA_RULES |= {
     # attention's products as bmm counts them, and torch's fused transformer fast path as the
     # same layer's unfused ops (fused_attention.py)
     **fused_attention.AC,
+    # a conv's backward: its gradients' products, its bias gradient's sum (conv_backward.py)
+    conv_backward.OP: conv_backward.AC,
 }
 # What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
 # as native_batch_norm (backwards: no AC rule, as native_batch_norm_backward has none); fused

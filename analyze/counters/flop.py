@@ -11,7 +11,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 from __future__ import annotations
 
 from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
-from spiketrace.analyze.counters.sql import arg, arg_is_null, arg_item, arg_list, kwarg
+from spiketrace.analyze.counters.sql import CUMSUM_ADDS, SELECTIONS, arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
 
@@ -180,6 +180,10 @@ EXTRA_RULES: dict[str, str] = {
     # per target: the negation and the sum (forward) or the scale (backward)
     "aten.nll_loss_forward.default": "(2 * a1_numel)",
     "aten.nll_loss_backward.default": "(2 * a2_numel)",
+    # a running sum along dim: each line of n elements takes n - 1 adds (sql.CUMSUM_ADDS)
+    **{op: CUMSUM_ADDS for op in ("aten.cumsum.default", "aten.cumsum_.default")},
+    # selections: each element taken from one operand or the fill value, no arithmetic
+    **{op: ZERO for op in SELECTIONS},
 }
 
 # Layer norm (beyond SpikingJelly, which has no rule): SpikingJelly's training batch norm with

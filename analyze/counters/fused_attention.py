@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from spiketrace.analyze.counters.sql import arg
+from spiketrace.analyze.counters.sql import arg, values_known
 from spiketrace.analyze.counters.undecomposed import SDPA
 
 ENCODER_LAYER = "aten._transformer_encoder_layer_fwd.default"
@@ -67,15 +67,36 @@ SDPA_OPS = (*SDPA, *(f"aten._scaled_dot_product_{name}.default"
 _ROWS, _SK = "(a0_numel // greatest(a0_shape[-1], 1))", "a1_shape[-2]"
 
 
-def _known(rule: str, *slots: str) -> str:
-    """`rule`, NULL where an operand has no values (ac.values_known's test)."""
-    return f"CASE WHEN {' OR '.join(f'{s}_is01 IS NULL' for s in slots)} THEN NULL ELSE {rule} END"
-
-
-SDPA_MAC = _known(f"(CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {_ROWS} * {_SK} * a0_shape[-1] END"
+SDPA_MAC = values_known(f"(CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {_ROWS} * {_SK} * a0_shape[-1] END"
                   f" + CASE WHEN a2_is01 OR {_SK} = 1 THEN 0 ELSE {_ROWS} * {_SK} * a2_shape[-1] END)", "a0", "a1", "a2")
-SDPA_AC = _known(f"CASE WHEN a0_is01 OR a1_is01 OR a2_is01 THEN NULL WHEN {_SK} = 1 THEN {_ROWS} * a2_shape[-1]"
+SDPA_AC = values_known(f"CASE WHEN a0_is01 OR a1_is01 OR a2_is01 THEN NULL WHEN {_SK} = 1 THEN {_ROWS} * a2_shape[-1]"
                  " ELSE 0 END", "a0", "a1", "a2")
+
+# SDPA's backward (q a1, k a2, v a3, grad_out a0): the five products torch.utils.flop_counter
+# counts (its FLOP rule, flop.py): q @ k^T recomputed, dP = dO @ v^T, dV = P^T @ dO, dQ = dS @ k,
+# dK = dS^T @ q, each rows * Sk * d (dv for the two with v's or dO's width). A binary operand
+# makes a product multiplication-free as in forward: q or k the recompute, k dQ, q dK, v dP;
+# with Sk = 1 the weights P are all 1 and dS = P * (dP - rowsum(dO * out)) is 0 (out = v), so
+# dV is accumulates (rows * dv, as the forward's second product) and dQ, dK are nothing.
+SDPA_BACKWARD_OPS = tuple(f"aten._scaled_dot_product_{name}_backward.default"
+                          for name in ("flash_attention_for_cpu", "flash_attention", "efficient_attention",
+                                       "cudnn_attention"))
+_B_ROWS, _B_SK, _B_D, _B_DV = "(a1_numel // greatest(a1_shape[-1], 1))", "a2_shape[-2]", "a1_shape[-1]", "a3_shape[-1]"
+
+
+def _product(zero_when: str, width: str) -> str:
+    return f"CASE WHEN {zero_when} THEN 0 ELSE {_B_ROWS} * {_B_SK} * {width} END"
+
+
+SDPA_BACKWARD_MAC = values_known("(" + " + ".join([
+    _product("a1_is01 OR a2_is01", _B_D),                 # q @ k^T, recomputed
+    _product("a0_is01 OR a3_is01", _B_DV),                # dP = dO @ v^T
+    _product(f"a0_is01 OR {_B_SK} = 1", _B_DV),           # dV = P^T @ dO
+    _product(f"a2_is01 OR {_B_SK} = 1", _B_D),            # dQ = dS @ k
+    _product(f"a1_is01 OR {_B_SK} = 1", _B_D),            # dK = dS^T @ q
+]) + ")", "a0", "a1", "a2", "a3")
+SDPA_BACKWARD_AC = values_known(f"CASE WHEN a0_is01 OR a1_is01 OR a2_is01 OR a3_is01 THEN NULL"
+                                f" WHEN {_B_SK} = 1 THEN {_B_ROWS} * {_B_DV} ELSE 0 END", "a0", "a1", "a2", "a3")
 
 
 # -- the fused layers ------------------------------------------------------------------------
@@ -256,7 +277,10 @@ def _sized(encoder: str, attention: str) -> dict[str, str]:
 
 
 FLOP = _sized(ENCODER_FLOP, MHA_FLOP)
-MAC = {**_sized(ENCODER_MAC, MHA_MAC), **{op: SDPA_MAC for op in SDPA_OPS}}
-AC = {**_sized(ENCODER_AC, MHA_AC), **{op: SDPA_AC for op in SDPA_OPS}}
-SYNOP = {**_sized(ENCODER_SYNOP, MHA_SYNOP), **{op: SDPA_AC for op in SDPA_OPS}}
+MAC = {**_sized(ENCODER_MAC, MHA_MAC), **{op: SDPA_MAC for op in SDPA_OPS},
+       **{op: SDPA_BACKWARD_MAC for op in SDPA_BACKWARD_OPS}}
+AC = {**_sized(ENCODER_AC, MHA_AC), **{op: SDPA_AC for op in SDPA_OPS},
+      **{op: SDPA_BACKWARD_AC for op in SDPA_BACKWARD_OPS}}
+SYNOP = {**_sized(ENCODER_SYNOP, MHA_SYNOP), **{op: SDPA_AC for op in SDPA_OPS},
+         **{op: SDPA_BACKWARD_AC for op in SDPA_BACKWARD_OPS}}
 BYTES = _sized(ENCODER_BYTES, MHA_BYTES)

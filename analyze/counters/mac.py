@@ -3,9 +3,8 @@ operand costs no multiplication, so it counts 0 MACs."""
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import device_ops, fused_attention, undecomposed
-from spiketrace.analyze.counters.ac import values_known
-from spiketrace.analyze.counters.sql import arg
+from spiketrace.analyze.counters import conv_backward, device_ops, fused_attention, undecomposed
+from spiketrace.analyze.counters.sql import arg, values_known
 
 # A product's operand of unknown values (a meta tensor) leaves its MACs unknown (ac.values_known).
 _MM = values_known("CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE a0_shape[1] * a0_shape[2] * a1_shape[2] END", "a0", "a1")
@@ -55,6 +54,8 @@ EXTRA_RULES.update(UNDECOMPOSED_RULES)
 # Attention's two products (SDPA in every form) and torch's fused transformer fast path as the
 # same layer's unfused ops (fused_attention.py).
 EXTRA_RULES.update(fused_attention.MAC)
+# A conv's backward: grad_x's and grad_w's products (conv_backward.py).
+EXTRA_RULES[conv_backward.OP] = conv_backward.MAC
 # Batch norm's other forms (cudnn_batch_norm on a GPU; analyze/counters/device_ops.py) as
 # native_batch_norm. Its backwards have no MAC rule, as native_batch_norm_backward has none.
 EXTRA_RULES.update({op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()

@@ -8,7 +8,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 from __future__ import annotations
 
 from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
-from spiketrace.analyze.counters.sql import arg, arg_item, kwarg
+from spiketrace.analyze.counters.sql import SELECTIONS, arg, arg_item, kwarg
 
 
 def b(slot: str) -> str:
@@ -120,11 +120,13 @@ EXTRA_RULES: dict[str, str] = {
         "aten.mse_loss.default", "aten.mse_loss_backward.default", "aten._log_softmax.default",
         "aten._log_softmax_backward_data.default", "aten.nll_loss_forward.default", "aten.nll_loss_backward.default",
         "aten._softmax.default", "aten._safe_softmax.default", "aten.softmax.int", "aten._softmax_backward_data.default",
+        "aten.cumsum.default", "aten.cumsum_.default", *SELECTIONS,
     )},
     # activation functions and their backward ops (analyze/counters/activations.py)
     **activations.BYTES,
     # a new tensor written once
     **{f"aten.{name}.default": b("o0") for name in ("zeros_like", "empty_like")},
+    **{f"aten.arange.{overload}": b("o0") for overload in ("default", "start", "start_step")},
     # nested tensors: built from parts as stack is, padded by a copy, viewed over their values
     # (their bytes are the components' actual elements: numel of a nested tensor is their total)
     "aten._nested_tensor_from_tensor_list.default": f"(coalesce(a0_items_bytes, 0) + {b('o0')})",

@@ -49,3 +49,21 @@ def arg_is_null(i: int) -> str:
 def kwarg(name: str, default, type_: str = "DOUBLE") -> str:
     read = _typed(f"json_extract(kwargs, '$.{name}')", type_)
     return f"coalesce({read}, {default})"
+
+
+def values_known(rule: str, *slots: str) -> str:
+    """`rule`, or NULL (the event is reported as uncovered) where an operand's is01 is unknown:
+    a meta tensor (or fake one) has no values, so capture records no nnz/is01 for it, and a
+    rule reading null as "not a spike" would guess."""
+    unknown = " OR ".join(f"{slot}_is01 IS NULL" for slot in slots)
+    return f"CASE WHEN {unknown} THEN NULL ELSE {rule} END"
+
+
+# cumsum(x, dim): n - 1 adds along each line of n = x.shape[dim] elements (dim may be negative;
+# a 0-dim x is one line of one element).
+_DIM = "((" + arg(1) + " % greatest(len(a0_shape), 1)) + greatest(len(a0_shape), 1)) % greatest(len(a0_shape), 1)"
+CUMSUM_ADDS = f"(CASE WHEN len(a0_shape) = 0 THEN 0 ELSE a0_numel - a0_numel // greatest(a0_shape[{_DIM} + 1], 1) END)"
+# Ops that select each output element from an operand or a fill value (no arithmetic).
+SELECTIONS = ("aten.masked_fill.Scalar", "aten.masked_fill.Tensor", "aten.masked_fill_.Scalar",
+              "aten.masked_fill_.Tensor", "aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther",
+              "aten.where.Scalar")

@@ -4,12 +4,14 @@ composite conv1d/2d/3d and linear when recorded whole)."""
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import fused_attention
+from spiketrace.analyze.counters import conv_backward, fused_attention
 from spiketrace.analyze.counters.ac import SYNAPTIC_RULES, UNDECOMPOSED_SYNAPTIC_RULES
 
 # Beyond SpikingJelly, which has no rule for them: the composite ops recorded whole; attention's
-# products and torch's fused transformer layers (their products' ACs; fused_attention.py).
-EXTRA_RULES: dict[str, str] = {**UNDECOMPOSED_SYNAPTIC_RULES, **fused_attention.SYNOP}
+# products and torch's fused transformer layers (their products' ACs; fused_attention.py); a
+# conv's backward (its gradients' products' ACs; conv_backward.py).
+EXTRA_RULES: dict[str, str] = {**UNDECOMPOSED_SYNAPTIC_RULES, **fused_attention.SYNOP,
+                               conv_backward.OP: conv_backward.SYNOP}
 RULES: dict[str, str] = {**SYNAPTIC_RULES, **EXTRA_RULES}
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}
 SPIKINGJELLY_ABORTS: dict[str, str] = {}
