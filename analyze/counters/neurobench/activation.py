@@ -9,16 +9,35 @@ the root, a module of an activation class is taken and its children not searched
 * MembraneUpdates: per snnTorch activation layer with a `mem`, its first call of a batch counts
   every element; each later call the elements whose membrane changed (`count_nonzero(mem
   before - mem after)`). The trace holds tensors' nnz, not where their zeros lie, so a change
-  is read where a neuron's update decides it (MEMBRANE_RULES): snnTorch's Leaky integrates
-  `beta * mem + input` in one add, then subtracts its reset (or none). With 0 < beta < 1 and a
-  threshold above 0, an element whose membrane and input are both zero stays zero (no leak, no
-  input, no reset) and every other element moves, so the changed elements are the nonzeros of
-  that add's output (but for a float cancellation, beta * mem == -input exactly, or a membrane
-  already at its fixed point). Other neurons, and Leaky outside those settings, count every
-  element; a note says where that is an upper bound (a call whose input had zeros).
+  is read where a neuron's update decides it (MEMBRANE_RULES): `base`, the op that sums the
+  decayed old membrane and the new input, found from the call's input along the rule's chain of
+  ops (each reads the one before's output; all of the membrane's size). With a threshold above
+  0 a zero membrane does not reset, so an element whose membrane and `base` are zero stays
+  zero, and every other element moves when the decay is neither 0 (a nonzero membrane dropped
+  under zero input, `base` 0) nor 1 (kept, `base` nonzero) and no state quantisation rounds the
+  move away: the changed elements are `base`'s nonzeros.
+  - Leaky: `beta * mem + input`, beta in (0, 1); reset by subtraction or none (its reset to zero
+    zeroes mem before the add: a reset element under zero input has `base` 0, yet changed).
+  - Synaptic: `beta * mem + (alpha * syn + input)`; RLeaky: `(beta * mem + input) +
+    recurrent(spk)`; RSynaptic: `beta * mem + ((alpha * syn + input) + recurrent(spk))`; beta in
+    (0, 1), any alpha. Any reset: theirs to zero acts after `base` (`base - reset * base`), on a
+    membrane above threshold where `base` is nonzero; but only with reset_delay (without it a
+    neuron that fires from a zero membrane is set back to zero, unchanged, `base` nonzero).
+  - Lapicque: `input * R * (1 / (R C)) * dt + (1 - dt / (R C)) * mem`, any reset. As snnTorch
+    builds it (from beta, or R and C) dt / (R C) = ln(1 / beta), so beta in (1/e, 1) puts the
+    decay in (0, 1); R, C or time_step changed after construction are not seen.
+  Exact but for a float coincidence (`base` 0 on a nonzero membrane by cancellation, or a
+  membrane at its fixed point). Other neurons, and these outside their settings, count every
+  element; a note says where that is an upper bound (a call whose input had zeros). Alpha stays
+  there: its membrane is recomputed, tau * ((alpha * syn_exc + input) + (beta * syn_inh -
+  input)), no op reads the old one and the input cancels itself, so a decayed current under a
+  larger input can round away; SLSTM's and SConv2dLSTM's is an LSTM cell's output.
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 from spiketrace.analyze.neurons import NEURONS, quoted_list
 
@@ -33,21 +52,36 @@ def _numbers(attributes: str, name: str) -> str:
             f"WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') THEN [CAST({value} AS DOUBLE)] END")
 
 
-def _leaky_decides(attributes: str) -> str:
-    """SQL: a Leaky whose `beta * mem + input` add tells the changed elements (module docstring):
-    reset by subtraction or none, no state quantisation, every beta in (0, 1), threshold > 0."""
-    beta, threshold = _numbers(attributes, "beta"), _numbers(attributes, "threshold")
-    return (f"(json_extract_string({attributes}, '$.reset_mechanism') IN ('subtract', 'none') "
-            f"AND NOT coalesce(CAST(json_extract({attributes}, '$.state_quant') AS BOOLEAN), true) "
-            f"AND coalesce(list_min({beta}) > 0 AND list_max({beta}) < 1, false) "
-            f"AND coalesce(list_min({threshold}) > 0, false))")
+class MembraneRule(NamedTuple):
+    """How a neuron class's call decides its changed membrane elements (module docstring)."""
+
+    ops: tuple[str, ...]  # from the call's input to `base`: each op reads the one before's output
+    resets: tuple[str, ...]  # reset mechanisms under which `base`'s nonzeros are the changed elements
+    decay: tuple[float, float]  # the open interval beta must lie in
 
 
-# snnTorch neuron class -> (the op that integrates its input into the membrane, SQL over the
-# module's attributes column: the settings under which that op's nonzeros are the changed elements)
+ADD, MUL, UNIT = "aten.add.Tensor", "aten.mul.Tensor", (0.0, 1.0)
+ANY_RESET = ("subtract", "none", "zero")
+# snnTorch neuron class (itself, not a subclass, whose forward may differ) -> its rule
 MEMBRANE_RULES = {
-    "snntorch._neurons.leaky.Leaky": ("aten.add.Tensor", _leaky_decides),
+    "snntorch._neurons.leaky.Leaky": MembraneRule((ADD,), ("subtract", "none"), UNIT),
+    "snntorch._neurons.synaptic.Synaptic": MembraneRule((ADD, ADD), ANY_RESET, UNIT),
+    "snntorch._neurons.rleaky.RLeaky": MembraneRule((ADD, ADD), ANY_RESET, UNIT),
+    "snntorch._neurons.rsynaptic.RSynaptic": MembraneRule((ADD, ADD, ADD), ANY_RESET, UNIT),
+    "snntorch._neurons.lapicque.Lapicque": MembraneRule((MUL, MUL, MUL, ADD), ANY_RESET, (math.exp(-1.0), 1.0)),
 }
+
+
+def _decides(rule: MembraneRule, attributes: str) -> str:
+    """SQL over a module's `attributes`: the rule's settings hold (its resets, a reset to zero
+    only with reset_delay, no state quantisation, beta in the rule's interval, threshold > 0)."""
+    beta, threshold = _numbers(attributes, "beta"), _numbers(attributes, "threshold")
+    reset, (low, high) = f"json_extract_string({attributes}, '$.reset_mechanism')", rule.decay
+    return (f"({reset} IN ({', '.join(repr(r) for r in rule.resets)}) "
+            f"AND ({reset} <> 'zero' OR coalesce(CAST(json_extract({attributes}, '$.reset_delay') AS BOOLEAN), true)) "
+            f"AND NOT coalesce(CAST(json_extract({attributes}, '$.state_quant') AS BOOLEAN), true) "
+            f"AND coalesce(list_min({beta}) > {low!r} AND list_max({beta}) < {high!r}, false) "
+            f"AND coalesce(list_min({threshold}) > 0, false))")
 
 
 def _match(names, mro: str = "mro") -> str:
@@ -59,19 +93,19 @@ def _match(names, mro: str = "mro") -> str:
 
 
 def _rule(mro: str, attributes: str) -> tuple[str, str]:
-    """SQL over a module row: (its class's update op, whether MEMBRANE_RULES' settings hold); the
-    class itself, not a subclass, whose forward may differ."""
-    ops = " ".join(f"WHEN {mro}[1] = '{name}' THEN '{op}'" for name, (op, _) in MEMBRANE_RULES.items())
-    holds = " ".join(f"WHEN {mro}[1] = '{name}' THEN {decides(attributes)}"
-                     for name, (_, decides) in MEMBRANE_RULES.items())
+    """SQL over a module row: (its class's chain of ops to `base`, whether MEMBRANE_RULES'
+    settings hold); the class itself, not a subclass, whose forward may differ."""
+    ops = " ".join(f"WHEN {mro}[1] = '{name}' THEN {list(rule.ops)!r}::VARCHAR[]" for name, rule in MEMBRANE_RULES.items())
+    holds = " ".join(f"WHEN {mro}[1] = '{name}' THEN {_decides(rule, attributes)}"
+                     for name, rule in MEMBRANE_RULES.items())
     return f"CASE {ops} END", f"CASE {holds} ELSE false END"
 
 
 def layers_sql(names) -> str:
     """SQL: the activation layers NeuroBench finds (find_activation_layers): top-down from the
     root's children, a match is taken and its children not searched. Each with its class's
-    membrane rule (update_op, exact_rule)."""
-    update_op, exact_rule = _rule("m.mro", "m.attributes")
+    membrane rule (update_ops, exact_rule)."""
+    update_ops, exact_rule = _rule("m.mro", "m.attributes")
     return f"""
     WITH RECURSIVE walk AS (
         SELECT rank, module_id, {_match(names)} AS hit, false AS below FROM modules
@@ -86,7 +120,7 @@ def layers_sql(names) -> str:
            list_has_any(list_transform(from_json(m.buffers, '[{{"name": "VARCHAR"}}]'), lambda b: b.name)
                         || list_transform(from_json(m.parameters, '[{{"name": "VARCHAR"}}]'), lambda p: p.name), ['mem'])
                AS has_mem,
-           {update_op} AS update_op, {exact_rule} AS exact_rule
+           {update_ops} AS update_ops, {exact_rule} AS exact_rule
     FROM walk w JOIN modules m ON m.rank = w.rank AND m.module_id = w.module_id WHERE w.hit AND NOT w.below
     """
 
@@ -112,21 +146,35 @@ def calls_sql(layers: str, module_where: str = "true") -> str:
 def _updates_sql(calls: str) -> str:
     """SQL: per snnTorch call with a membrane, the elements counted (`counted`) and whether the
     count is exact: a batch's first call all; a later one under a holding rule the nonzeros of
-    its update op, the first op of that name in the call that reads the call's input and gives a
+    `base`, the end of its rule's chain of ops (the earliest, when several): the first op of the
+    chain reads the call's input, each next one the output of the one before, each gives a
     tensor of the membrane's size; else all."""
     return f"""
-    WITH calls AS (SELECT * FROM ({calls}) WHERE snntorch AND has_mem),
-    updates AS (
-        SELECT c.rank, c.seq, arg_min(t.nnz, e.seq) AS nnz
+    WITH RECURSIVE calls AS (SELECT * FROM ({calls}) WHERE snntorch AND has_mem),
+    chain AS (
+        SELECT c.rank, c.seq AS call_seq, c.thread, c.numel, c.update_ops, 1 AS k, e.seq, t.tensor_id, t.nnz
         FROM calls c
         JOIN events e ON e.rank = c.rank AND e.thread = c.thread AND e.seq > c.pre_seq AND e.seq < c.seq
-             AND e.op = c.update_op
+             AND e.op = c.update_ops[1]
         JOIN event_tensors x ON x.rank = e.rank AND x.seq = e.seq AND x.role = 'arg' AND x.item IS NULL
              AND x.tensor_id = c.input_id
         JOIN event_tensors u ON u.rank = e.rank AND u.seq = e.seq AND u.role = 'out' AND u.position = 0
         JOIN tensors t ON t.rank = u.rank AND t.tensor_id = u.tensor_id AND t.numel = c.numel
         WHERE c.nth > 1 AND c.exact_rule
-        GROUP BY c.rank, c.seq
+        UNION ALL
+        SELECT h.rank, h.call_seq, h.thread, h.numel, h.update_ops, h.k + 1, e.seq, t.tensor_id, t.nnz
+        FROM chain h
+        JOIN events e ON e.rank = h.rank AND e.thread = h.thread AND e.seq > h.seq AND e.seq < h.call_seq
+             AND e.op = h.update_ops[h.k + 1]
+        JOIN event_tensors x ON x.rank = e.rank AND x.seq = e.seq AND x.role = 'arg' AND x.item IS NULL
+             AND x.tensor_id = h.tensor_id
+        JOIN event_tensors u ON u.rank = e.rank AND u.seq = e.seq AND u.role = 'out' AND u.position = 0
+        JOIN tensors t ON t.rank = u.rank AND t.tensor_id = u.tensor_id AND t.numel = h.numel
+        WHERE h.k < len(h.update_ops)
+    ),
+    updates AS (
+        SELECT rank, call_seq AS seq, arg_min(nnz, seq) AS nnz FROM chain WHERE k = len(update_ops)
+        GROUP BY rank, call_seq
     )
     SELECT c.*, CASE WHEN c.nth = 1 THEN c.numel ELSE coalesce(u.nnz, c.numel) END AS counted,
            c.nth = 1 OR u.nnz IS NOT NULL AS exact
