@@ -38,7 +38,7 @@ EVENTS = table(
     field("in_backward", pa.bool_(), "True while the autograd engine runs a graph task (backward).", False),
     field("thread", pa.int16(), "Small id of the dispatching thread (0 = the thread that opened the recorder).", False),
     field("scope_id", pa.int32(), "ActiveModuleTracker state at this op (scopes.scope_id).", False),
-    field("args", pa.string(), "Positional non-tensor arguments as JSON; tensors are {\"$t\": k}, see event_tensors; a NaN or infinite float is {\"$float\": \"nan\"} (\"inf\", \"-inf\"), read as that double.", False),
+    field("args", pa.string(), "Positional non-tensor arguments as JSON; tensors are {\"$t\": k}, see event_tensors; a NaN or infinite float is {\"$float\": \"nan\"} (\"inf\", \"-inf\"), read as that double; a size that is no int (a jagged nested tensor's ragged size, a symbolic one) is {\"$symint\": \"j1\"} (its expression).", False),
     field("kwargs", pa.string(), "Keyword arguments as JSON, encoded like args.", False),
     field("out", pa.string(), "The op's return value as JSON, tensors as {\"$t\": k}.", False),
     field("recompute", pa.bool_(), "True for ops run while torch.utils.checkpoint recomputes a checkpointed forward during backward (reentrant or not); null in traces of schema 1.0."),

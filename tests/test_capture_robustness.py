@@ -412,3 +412,38 @@ def test_autocast_and_channels_last_are_recorded_as_they_run(tmp_path):
     assert operands[0]["stride"] == [108, 1, 18, 3]  # NHWC: channels innermost
     assert "aten._to_copy.default" in events.values()  # the casts autocast inserted
     assert all(t["nnz"] is not None for t in operands)
+
+
+class _RefusesItsBuffers(nn.Module):
+    """A user's module whose named_buffers raises (a wrapper guarding its internals)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+
+    def named_buffers(self, *args, **kwargs):
+        raise RuntimeError("buffers are private")
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_a_module_that_cannot_be_described_is_still_bound_and_recorded(tmp_path):
+    # Recorder(model=...) describes every module; one that refuses is recorded without its
+    # buffers (`[]`), a `catalog` entry in degraded names its class, and nothing raises
+    torch.manual_seed(0)
+    model, x = _RefusesItsBuffers(), torch.randn(4, 3)
+    expected = model(x)
+    with Recorder(tmp_path / "t", model=model) as recorder, recorder.stage("forward"):
+        got = model(x)
+    assert torch.equal(got, expected)
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    [entry] = manifest["degraded"]
+    assert entry["site"] == "catalog" and entry["what"].endswith("_RefusesItsBuffers buffers")
+    assert entry["error"] == "RuntimeError: buffers are private"
+    with open_trace(tmp_path / "t") as trace:
+        rows = trace.sql("SELECT class_name, buffers, parameters FROM modules ORDER BY module_id")
+        assert "aten.addmm.default" in set(trace.sql("SELECT op FROM events")["op"])
+    assert list(rows["class_name"]) == ["_RefusesItsBuffers", "Linear"]
+    assert rows["buffers"][0] == "[]" and json.loads(rows["parameters"][1])[0]["name"] == "weight"

@@ -13,16 +13,24 @@ really have.
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.overrides import resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from spiketrace.analyze import open_trace
 from spiketrace.analyze.counters import count
 from spiketrace.capture import Recorder
+from spiketrace.capture.ops.arguments import encode_call
+from spiketrace.capture.store.writer import TraceWriter
 from tests.test_fast_paths import read_tables
 from tests.trace_surgery import rewrite_part
 
@@ -234,3 +242,198 @@ def test_a_size_that_is_no_int_never_reaches_a_column(tmp_path):
     shapes = [r["shape"] for r in pq.read_table(tmp_path / "t" / "tensors").to_pylist()]
     assert [3, None] in shapes and [2] in shapes
     assert doubled.shape == (3, "s0") and after.tolist() == [6.0, 6.0]
+
+
+# -- every table, not only `tensors`: no size that is not an int reaches a column --------------
+
+class _Ops(TorchDispatchMode):
+    """The ops a program runs, counted (what `events` must hold at least)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[resolve_name(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Heads(nn.Module):
+    """Attention over a jagged batch as users write it: the ragged length `x.size(1)` (a nested
+    int, j1) passed on to view, reshape and expand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.out = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        batch, length = x.size(0), x.size(1)
+        heads = self.q(x).view(batch, length, 2, 4).transpose(1, 2)
+        attended = F.scaled_dot_product_attention(heads, heads, heads).transpose(1, 2).reshape(batch, length, 8)
+        widened = x.detach().unsqueeze(-1).expand(batch, length, 8, 3).sum(-1)  # no grad: NJT has no backward for it
+        return self.out(attended + widened)
+
+
+def _train(net, optimizer, parts, layout):
+    x = torch.nested.nested_tensor(parts, layout=layout, requires_grad=True)
+    padded = net(x).to_padded_tensor(0.0)
+    padded.sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return padded.detach(), x.grad.to_padded_tensor(0.0), [p.detach().clone() for p in net.parameters()]
+
+
+def _fresh(net_class=_Heads):
+    torch.manual_seed(0)
+    net = net_class()
+    return net, torch.optim.Adam(net.parameters(), lr=0.1), [torch.randn(n, 8) for n in LENGTHS]
+
+
+def _same(a, b) -> bool:
+    return all(_same(x, y) for x, y in zip(a, b)) if isinstance(a, list | tuple) else torch.equal(a, b)
+
+
+@pytest.mark.parametrize("record", sorted(RECORDS))
+def test_a_training_step_over_a_jagged_batch_keeps_every_op_and_writes_its_sizes_as_symint(tmp_path, monkeypatch,
+                                                                                          record):
+    # SDPA, view, reshape and expand given the nested int j1, a Linear, to_padded_tensor, backward
+    # and an Adam step. The ragged length in an op's arguments or result is written as its
+    # expression, {"$symint": "j1"} (before: {"$repr": "j1"}, the marker of an unknown object).
+    monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", RECORDS[record])
+    expected = _train(*_fresh(), torch.jagged)
+    net, optimizer, parts = _fresh()
+    with _Ops() as ran:
+        _train(net, optimizer, parts, torch.jagged)
+    net, optimizer, parts = _fresh()
+    with Recorder(tmp_path / "t", model=net, optimizer=optimizer) as rec:
+        with rec.stage("forward"):
+            got = _train(net, optimizer, parts, torch.jagged)
+        rec.step()
+    assert _same(got, expected)
+    manifest = _manifest(tmp_path / "t")
+    assert manifest["status"] == "complete" and manifest["degraded"] == []
+    with open_trace(tmp_path / "t") as trace:
+        assert trace.validate() == []
+        events = trace.sql("SELECT op, args, out FROM events")
+        steps = trace.sql("SELECT count(*) AS n FROM optimizer_steps")["n"][0]
+    recorded = Counter(events["op"])
+    assert {op: n for op, n in ran.ops.items() if recorded[op] < n} == {}  # every op the program ran
+    named = {(op, re.sub(r'"j\d+"', '"j"', args)) for op, args in zip(events["op"], events["args"])}
+    for shape in ('[2,{"$symint":"j"},2,4]', '[2,{"$symint":"j"},8]', '[2,{"$symint":"j"},8,3]'):
+        assert any(args == f'[{{"$t":0}},{shape}]' for _, args in named), shape
+    assert not any("$repr" in text for text in (*events["args"], *events["out"]))
+    assert steps == 4
+
+
+def test_symbolic_values_are_written_as_their_expression_without_a_guard():
+    # Unbacked symbols (export, data-dependent sizes): int() of one raises, of a backed one it
+    # would guard, specializing the user's graph. Before: {"$repr": ...}.
+    env = ShapeEnv()
+    size, scale, flag = env.create_unbacked_symint(), env.create_unbacked_symfloat(), env.create_unbacked_symbool()
+    t = torch.ones(2)
+    for intern in (True, False):
+        args, kwargs, out, _ = encode_call((t, [2, size * 2], scale), {"flag": flag}, size, intern=intern)
+        assert json.loads(args)[1:] == [[2, {"$symint": f"2*{size}"}], {"$symfloat": str(scale)}]
+        assert json.loads(kwargs) == {"flag": {"$symbool": str(flag)}}
+        assert json.loads(out) == {"$symint": str(size)}
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided], ids=["jagged", "strided"])
+def test_an_optimizer_step_on_a_nested_parameter_writes_its_row(tmp_path, layout):
+    # Before: jagged, the row's shape held j1 and the flush failed, the whole trace with it
+    # (status 'failed', ArrowInvalid: Could not convert j1 with type SymInt); strided, `.shape`
+    # raised and the row was a `degraded` optimizer_hook entry.
+    torch.manual_seed(0)
+    weight = nn.Parameter(torch.nested.nested_tensor([torch.randn(n, 8) for n in LENGTHS], layout=layout))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    expected = [p - 0.1 * 2 for p in weight.detach().unbind()]
+    with Recorder(tmp_path / "t", optimizer=optimizer) as rec:
+        with rec.stage("forward"):
+            (weight * 2).to_padded_tensor(0.0).sum().backward()
+            optimizer.step()
+        rec.step()
+    assert _same(list(weight.detach().unbind()), expected)
+    manifest = _manifest(tmp_path / "t")
+    assert manifest["status"] == "complete" and manifest["degraded"] == []
+    rows = pq.read_table(tmp_path / "t" / "optimizer_steps").to_pylist()
+    assert [(r["shape"], r["ndim"], r["numel"], r["has_grad"]) for r in rows] == [([2, None, 8], 3, 56, True)]
+    ops = [e["op"] for e in pq.read_table(tmp_path / "t" / "events").to_pylist()]
+    assert "aten.to_padded_tensor.default" in ops and "aten.add_.Tensor" in ops
+
+
+class _Masked(nn.Module):
+    """A layer keeping a nested tensor as a buffer and one as a parameter."""
+
+    def __init__(self, layout) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("mask", torch.nested.nested_tensor([torch.ones(n, 8) for n in LENGTHS], layout=layout))
+        self.bias = nn.Parameter(torch.nested.nested_tensor([torch.zeros(n, 8) for n in LENGTHS], layout=layout))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided], ids=["jagged", "strided"])
+def test_a_model_holding_nested_tensors_is_bound_and_listed(tmp_path, layout):
+    # Before: Recorder.__enter__ raised into the user's code, binding the model: its modules row
+    # lists the buffer's shape (jagged: TypeError: Object of type SymInt is not JSON serializable;
+    # strided: RuntimeError: NestedTensorImpl doesn't support sizes).
+    net = _Masked(layout)
+    x = torch.randn(3, 8)
+    with Recorder(tmp_path / "t", model=net) as rec, rec.stage("forward"):
+        out = net(x)
+    assert torch.equal(out, net.lin(x))
+    manifest = _manifest(tmp_path / "t")
+    assert manifest["status"] == "complete" and manifest["degraded"] == []
+    row = next(r for r in pq.read_table(tmp_path / "t" / "modules").to_pylist() if r["path"] == "_Masked")
+    listed = {"shape": [2, None, 8], "dtype": "float32", "numel": 56}
+    assert json.loads(row["buffers"]) == [{"name": "mask", "requires_grad": False, **listed}]
+    assert json.loads(row["parameters"]) == [{"name": "bias", "requires_grad": True, **listed}]
+
+
+@pytest.mark.parametrize("record", sorted(RECORDS))
+def test_a_strided_nested_input_that_requires_grad_keeps_its_modules_backward_hooks(tmp_path, monkeypatch, record):
+    # Before: the hold on a leaf strided nested tensor failed (torch reaches a leaf's gradient
+    # accumulator through view_as, which it refuses: RuntimeError: NestedTensorImpl doesn't
+    # support sizes), a `degraded` module_hook entry per module it enters, and their
+    # backward_post rows were missing.
+    monkeypatch.setenv("SPIKETRACE_SLOW_PATHS", RECORDS[record])
+    net, optimizer, parts = _fresh(lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)))
+    expected = _train(*_fresh(lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))), torch.strided)
+    with Recorder(tmp_path / "t", model=net, optimizer=optimizer) as rec:
+        with rec.stage("forward"):
+            got = _train(net, optimizer, parts, torch.strided)
+        rec.step()
+    assert _same(got, expected)
+    assert _manifest(tmp_path / "t")["degraded"] == []
+    with open_trace(tmp_path / "t") as trace:
+        kinds = trace.sql("""SELECT d.path, list(m.kind ORDER BY m.seq) AS kinds FROM module_events m
+                             JOIN modules d USING (rank, module_id) GROUP BY d.path ORDER BY d.path""")
+        assert trace.validate() == []
+    hooks = ["forward_pre", "forward_post", "backward_pre", "backward_post"]
+    assert {path: list(k) for path, k in kinds.itertuples(index=False)} == {
+        "Sequential": hooks, "Sequential.0": hooks, "Sequential.1": hooks, "Sequential.2": hooks}
+
+
+def test_a_value_no_column_can_hold_is_null_and_the_rest_of_the_flush_is_written(tmp_path):
+    # The writer's guard behind the record paths': a nested int in a list (a shape) or in a
+    # nullable column is null, a `writer` entry names the column. Before: the flush failed,
+    # and every table's rows with it (status 'failed', ArrowInvalid: Could not convert j1).
+    ragged = torch.nested.nested_tensor([torch.randn(n, 8) for n in LENGTHS], layout=torch.jagged).size(1)
+    writer = TraceWriter(tmp_path / "t")
+    row = dict(seq=0, step=0, optimizer_index=0, call_index=0, optimizer_class="SGD", group_index=0,
+               hyperparameters="{}", param_index=0, parameter=None, module_id=None, ndim=3, numel=56,
+               dtype="float32", has_grad=True, state_keys=())
+    writer.tables["optimizer_steps"].append(**row, shape=(2, ragged, 8))
+    writer.tables["optimizer_steps"].append(**{**row, "seq": 1, "module_id": ragged}, shape=(4, 8))
+    writer.tables["tensor_frees"].append(uid=3, freed_seq=1)
+    assert writer.flush()
+    writer.close()
+    manifest = _manifest(tmp_path / "t")
+    assert manifest["status"] == "complete"
+    assert {(d["site"], d["what"]) for d in manifest["degraded"]} == {
+        ("writer", "optimizer_steps.shape"), ("writer", "optimizer_steps.module_id")}
+    rows = pq.read_table(tmp_path / "t" / "optimizer_steps").to_pylist()
+    assert [(r["shape"], r["module_id"], r["numel"]) for r in rows] == [([2, None, 8], None, 56), ([4, 8], None, 56)]
+    assert [(r["uid"], r["freed_seq"]) for r in pq.read_table(tmp_path / "t" / "tensor_frees").to_pylist()] == [(3, 1)]

@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import math
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from spiketrace.capture.store.table_buffer import TableBuffer
+from spiketrace.capture.tensors.nested import sizes
 from spiketrace.capture.tensors.registry import excluded_from_modes
 
 # Properties neuron libraries expose through getters rather than instance attributes.
@@ -57,12 +59,14 @@ def _simple(value, depth: int = 0):
 
 def _tensor_value(tensor: torch.Tensor):
     """A small tensor's value (a number, or a list), else its shape; read once per module."""
-    if tensor.is_meta or tensor.is_sparse or tensor.numel() > _LARGEST_TENSOR_VALUE:
-        return {"$tensor": list(tensor.shape)}
-    with excluded_from_modes():  # a module first seen inside a hook: no dispatch mode may see these reads
+    # a module first seen inside a hook: no dispatch mode may see these reads
+    with excluded_from_modes():
+        shape, numel = sizes(tensor)  # a nested tensor's: null at its ragged dimension
+        if tensor.is_meta or tensor.is_sparse or tensor.is_nested or numel > _LARGEST_TENSOR_VALUE:
+            return {"$tensor": list(shape)}
         values = tensor.detach().reshape(-1).tolist()
-    simple = _simple(values[0] if tensor.numel() == 1 else values)
-    return {"$tensor": list(tensor.shape)} if simple is NotImplemented else simple
+    simple = _simple(values[0] if numel == 1 else values)
+    return {"$tensor": list(shape)} if simple is NotImplemented else simple
 
 
 def _describe_parameters(value) -> dict:
@@ -131,26 +135,22 @@ def module_attributes(module: torch.nn.Module) -> dict:
 
 
 def _tensor_list(named) -> str:
-    return json.dumps(
-        [
-            {
-                "name": name,
-                "shape": list(t.shape),
-                "dtype": str(t.dtype).removeprefix("torch."),
-                "requires_grad": bool(t.requires_grad),
-                "numel": t.numel(),
-            }
-            for name, t in named
-            if t is not None
-        ]
-    )
+    described = []
+    with excluded_from_modes():  # a module first seen inside a hook: no dispatch mode may see a nested one's reads
+        for name, t in named:
+            if t is not None:
+                shape, numel = sizes(t)  # a nested tensor's: null at its ragged dimension
+                described.append({"name": name, "shape": list(shape), "dtype": str(t.dtype).removeprefix("torch."),
+                                  "requires_grad": bool(t.requires_grad), "numel": numel})
+    return json.dumps(described)
 
 
 class ModuleCatalog:
     """Assigns module ids. Rows are written at the next flush, when the tracker has named them."""
 
-    def __init__(self, rows: TableBuffer) -> None:
+    def __init__(self, rows: TableBuffer, report: Callable[[str, BaseException], None] | None = None) -> None:
         self.rows = rows
+        self.report = report  # (what, error) of a module that could not be described: `degraded`
         self.ids: dict[int, int] = {}
         self.modules: list[torch.nn.Module] = []  # strong refs keep ids unique while recording
         self.static_paths: dict[str, int] = {}
@@ -192,12 +192,23 @@ class ModuleCatalog:
             class_name=cls.__qualname__,
             class_module=cls.__module__,
             mro=[qualified_name(c) for c in cls.__mro__],
-            attributes=json.dumps(module_attributes(module), default=repr),
-            parameters=_tensor_list(module.named_parameters(recurse=False)),
-            buffers=_tensor_list(module.named_buffers(recurse=False)),
+            attributes=self._described(cls, "attributes", lambda: json.dumps(module_attributes(module), default=repr), "{}"),
+            parameters=self._described(cls, "parameters", lambda: _tensor_list(module.named_parameters(recurse=False)), "[]"),
+            buffers=self._described(cls, "buffers", lambda: _tensor_list(module.named_buffers(recurse=False)), "[]"),
             is_leaf=next(module.children(), None) is None,
         )
         return module_id
+
+    def _described(self, cls: type, what: str, describe: Callable[[], str], fallback: str) -> str:
+        """A module's description, or `fallback` (reported per class and field) where the
+        module refuses it: capture is a guest, so a module it cannot describe is still recorded
+        and the user's Recorder(model=...) never raises for it."""
+        try:
+            return describe()
+        except Exception as exc:  # noqa: BLE001 - the user's module, any error
+            if self.report is not None:
+                self.report(f"{qualified_name(cls)} {what}", exc)
+            return fallback
 
     def write_rows(self, _writer=None) -> None:
         """Write the rows of modules not written yet (a before-flush hook)."""

@@ -51,12 +51,27 @@ def restore_recursion(limits: tuple[int, int]) -> None:
 
 
 
+def grad_node(t: torch.Tensor):
+    """The node `t`'s gradient goes through, None where it cannot be had: a torch without
+    _get_grad_fn_or_grad_acc, or a leaf strided nested tensor, which refuses the view torch
+    takes to reach a leaf's gradient accumulator (its module's backward_post was lost)."""
+    if _get_grad_fn_or_grad_acc is None:
+        return None
+    try:
+        return _get_grad_fn_or_grad_acc(t)
+    except RuntimeError:
+        return None
+
+
 def will_execute(node) -> bool | None:
     """Whether autograd's engine runs `node` in the current backward; None where it cannot
-    say: a leaf's gradient accumulator inside torch.autograd.grad (which never runs it, but
-    captures the leaf's gradient when the leaf is one of grad's inputs), where torch's own
-    check raises ("A leaf node was passed to _will_engine_execute_node") and, inside a hook,
-    would abort the user's gradient penalty or saliency map."""
+    say: no node known (grad_node), or a leaf's gradient accumulator inside
+    torch.autograd.grad (which never runs it, but captures the leaf's gradient when the leaf is
+    one of grad's inputs), where torch's own check raises ("A leaf node was passed to
+    _will_engine_execute_node") and, inside a hook, would abort the user's gradient penalty or
+    saliency map."""
+    if node is None:
+        return None
     try:
         return torch._C._will_engine_execute_node(node)
     except RuntimeError:
@@ -83,7 +98,7 @@ def multi_grad_hook(tensors: list[torch.Tensor], fn: Callable[[list], None]) -> 
     (will_execute is None), is not waited for, and fn runs once the nodes that do run
     reported, or at the first gradient if none is known to run; it never runs twice in one
     backward. torch's own raises there, into the user's autograd.grad."""
-    nodes = [_get_grad_fn_or_grad_acc(t) if _get_grad_fn_or_grad_acc is not None else None for t in tensors]
+    nodes = [grad_node(t) for t in tensors]
     tasks: dict[int, list] = {}  # graph task id -> [gradients seen, gradients expected, gradients]
     lock = threading.Lock()
 

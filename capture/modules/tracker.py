@@ -60,6 +60,7 @@ from spiketrace.capture.modules.grad_hooks import (
     _get_grad_fn_or_grad_acc,
     deeper_recursion,
     forward_hook_options,
+    grad_node,
     multi_grad_hook,
     restore_recursion,
     user_functions_off,
@@ -181,7 +182,7 @@ class ScopeTracker(ModuleTracker):
         one tensor waits for no other; its one remaining condition, that the engine runs the
         tensor's node in this backward, is checked the same way (one C call; tests/test_scopes.py
         compares the two hooks)."""
-        node = _get_grad_fn_or_grad_acc(tensor)
+        node = grad_node(tensor)
 
         def single_grad_hook(grad) -> None:
             # A leaf inside torch.autograd.grad (unknown: None) fires its hook only when its

@@ -3,9 +3,11 @@
 Ints, bools, None, strings and lists stay as they are; values JSON cannot hold exactly are
 tagged objects: {"$float": "inf"}, {"$dtype": "float32"}, {"$device": "cuda:0"},
 {"$memory_format": "channels_last"}, {"$layout": "strided"}, {"$complex": [re, im]},
-{"$script_object": "__torch__...."}. Tuples and lists both become JSON lists, as the dispatcher
-treats them alike. A tensor becomes {"$t": k}, k being its index among the op's tensors
-(event_tensors.k). Anything else is {"$repr": repr(value)} so nothing is silently dropped.
+{"$script_object": "__torch__...."}, and a size that is no int as its expression: {"$symint": "j1"}
+(a jagged nested tensor's ragged size, a symbolic one), {"$symfloat": ...}, {"$symbool": ...}.
+Tuples and lists both become JSON lists, as the dispatcher treats them alike. A tensor becomes
+{"$t": k}, k being its index among the op's tensors (event_tensors.k). Anything else is
+{"$repr": repr(value)} so nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ _TAGGED_TYPES: dict[type, tuple[str, Callable[[Any], str]]] = {
     torch.memory_format: ("$memory_format", lambda v: str(v).removeprefix("torch.")),
     torch.layout: ("$layout", lambda v: str(v).removeprefix("torch.")),
 }
+
+# A SymInt, SymFloat or SymBool is written as its expression, never converted: int() of a
+# nested int (`j1`) raises, and of a symbolic size it would guard, specializing the user's
+# graph. Apart from _TAGGED_TYPES, whose types the compiled record keys kwargs by
+# (native_record.py): a symbolic SymInt is unhashable.
+_SYMBOLIC_TYPES = {torch.SymInt: "$symint", torch.SymFloat: "$symfloat", torch.SymBool: "$symbool"}
 
 
 _slots: dict[tuple, tuple] = {}
@@ -74,7 +82,10 @@ def _encode(value, collector: TensorCollector | None, role: str, position, name,
     tag = _TAGGED_TYPES.get(type(value))
     if tag is not None:
         return {tag[0]: tag[1](value)}
-    if isinstance(value, (int, float)):  # numpy scalars, SymInt/SymFloat after guards, bool subclasses
+    symbolic = _SYMBOLIC_TYPES.get(type(value))
+    if symbolic is not None:
+        return {symbolic: str(value)}
+    if isinstance(value, (int, float)):  # int and float subclasses (numpy.float64; no SymInt, above)
         return _encode(int(value) if isinstance(value, int) else float(value), collector, role, position, name, item)
     if isinstance(value, complex):
         return {"$complex": [value.real, value.imag]}

@@ -18,6 +18,8 @@ import torch
 
 from spiketrace.capture.context import RecordingContext
 from spiketrace.capture.store.table_buffer import TableBuffer
+from spiketrace.capture.tensors.nested import sizes
+from spiketrace.capture.tensors.registry import excluded_from_modes
 
 
 def _hyperparameters(group: dict) -> str:
@@ -94,6 +96,8 @@ class OptimizerLog:
             hyperparameters = _hyperparameters(group)
             for param_index, p in enumerate(group["params"]):
                 name = self.parameter_names.get(id(p))
+                with excluded_from_modes():  # a nested parameter's sizes are read from its offsets
+                    shape, numel = sizes(p)
                 rows.append(dict(
                     seq=seq,
                     step=self.context.step_index,
@@ -105,9 +109,9 @@ class OptimizerLog:
                     param_index=param_index,
                     parameter=name,
                     module_id=self._owner(name),
-                    shape=tuple(p.shape),  # tuples: the row's parameter group is interned (table_buffer)
+                    shape=shape,  # a tuple: the row's parameter group is interned (table_buffer)
                     ndim=p.ndim,
-                    numel=p.numel(),
+                    numel=numel,
                     dtype=str(p.dtype).removeprefix("torch."),
                     has_grad=p.grad is not None,
                     state_keys=tuple(sorted(str(k) for k in optimizer.state.get(p, {}))),

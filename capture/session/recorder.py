@@ -203,7 +203,7 @@ class Recorder:
         )
         if self.model is not None:
             self.compiled.model(self.model)
-        self.catalog = ModuleCatalog(tables["modules"])
+        self.catalog = ModuleCatalog(tables["modules"], lambda what, exc: self.writer.failures.report("catalog", what, exc))
         parameter_names = self.catalog.bind_model(self.model) if self.model is not None else {}
         # _context is the same object, typed as built: every method below the properties runs after this
         context = self.context = self._context = RecordingContext(

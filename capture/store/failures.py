@@ -29,7 +29,8 @@ from collections.abc import Callable
 logger = logging.getLogger("spiketrace.capture")
 
 # Where a failure happened, for the `site` field (the analysis may group by it).
-SITES = ("dispatch", "statistics", "module_hook", "grad_hook", "optimizer_hook", "stage", "tracker", "compile", "writer")
+SITES = ("dispatch", "statistics", "module_hook", "grad_hook", "optimizer_hook", "stage", "tracker", "compile", "writer",
+         "catalog")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -146,6 +146,8 @@ class TableBuffer:
         for group in self.groups:
             self.columns[group] = []
         self._interned: dict[str, dict[tuple, tuple]] = {group: {} for group in self.groups}
+        # (field, error) of each column a flush wrote with values nulled (_array), for `degraded`
+        self.unconvertible: list[tuple[str, Exception]] = []
 
     def clear(self) -> None:
         if self.runs is not None:  # a run may not cover the partial row: forget runs and rows alike
@@ -286,7 +288,7 @@ class TableBuffer:
         if isinstance(column, FlatIntLists):
             return column.to_arrow(rows, f.type)
         if not isinstance(column, INT_COLUMN_TYPES):
-            return pa.array(column[:rows], type=f.type)
+            return self._array(column[:rows], f)
         values = _int_values(column, rows)
         sentinel = self.sentinels.get(f.name)
         if sentinel is not None:
@@ -303,8 +305,21 @@ class TableBuffer:
         if not rows:
             return {member: pa.array([], type=types[member]) for member in members}
         indices, distinct = _distinct_by_identity(rows)
-        return {member: pa.array(values, type=types[member]).take(indices)
+        return {member: self._array(values, self.schema.field(member)).take(indices)
                 for member, values in zip(members, zip(*distinct))}
+
+    def _array(self, values, f: pa.Field) -> pa.Array:
+        """`values` as field `f`'s Arrow array. A value its type cannot hold (a SymInt such as a
+        nested int `j1`, which the record paths keep out of every row) would fail the flush and
+        so the whole trace: it is null instead, where `f` allows, and named in `unconvertible`."""
+        try:
+            return pa.array(values, type=f.type)
+        except (ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid and ArrowTypeError among them
+            nulled = [_nulled(v, f.type) for v in values]
+            if not f.nullable and any(v is None for v in nulled):
+                raise
+            self.unconvertible.append((f.name, exc))
+            return pa.array(nulled, type=f.type)
 
     def buffered_bytes(self, sample: int = 64) -> int:
         """What the pending rows hold in memory: each column's storage, and for list columns
@@ -350,6 +365,18 @@ def _distinct_by_identity(rows: list) -> tuple[pa.Array, list]:
     encoded = pa.array(map(id, rows), type=pa.uint64(), size=len(rows)).dictionary_encode()
     by_id = dict(zip(map(id, rows), rows))
     return encoded.indices, [by_id[i] for i in encoded.dictionary.to_pylist()]
+
+
+def _nulled(value, type_: pa.DataType):
+    """`value` with each part `type_` cannot hold null: a list's items one by one (a shape
+    keeps its other sizes)."""
+    if value is not None and pa.types.is_list(type_) and isinstance(value, (list, tuple)):
+        return [_nulled(v, type_.value_type) for v in value]
+    try:
+        pa.scalar(value, type=type_)
+        return value
+    except (ValueError, TypeError):
+        return None
 
 
 def _size(value) -> int:

@@ -15,7 +15,9 @@ A write that fails (disk full, read-only or vanished directory, a file-size limi
 raises into the training script: the flush is undone (parts it already renamed are removed,
 so every part the manifest lists belongs to a whole flush), the error naming the file goes
 into the manifest (`status: failed`, `error`, a `writer` entry in `degraded`) if the manifest
-can still be written, and the writer drops what it buffers from then on (`failed`).
+can still be written, and the writer drops what it buffers from then on (`failed`). A value
+a column's type cannot hold does not fail it: it is null (TableBuffer._array), and a `writer`
+entry in `degraded` names the column.
 
 Several ranks start in one directory at once, so start-up tolerates the other ranks' files
 appearing at any moment and touches only this rank's own files: it removes only regular files
@@ -293,7 +295,12 @@ class TraceWriter:
         try:
             for name in pending:
                 part = layout.part_dir(self.root, name, self.rank) / layout.part_name(self.part_index)
-                path, entry = self._write_part(name, self.tables[name].to_arrow(taken[name]))
+                buffer = self.tables[name]
+                table = buffer.to_arrow(taken[name])
+                for column, unconverted in buffer.unconvertible:  # nulled, the rest written (TableBuffer._array)
+                    self.failures.report("writer", f"{name}.{column}", unconverted)
+                buffer.unconvertible.clear()
+                path, entry = self._write_part(name, table)
                 written.append(path)
                 entries.append(entry)
         except Exception as exc:  # noqa: BLE001 - see module docstring

@@ -103,6 +103,20 @@ def odd_form(t: torch.Tensor, shape) -> OddForm:
                    int(t.storage_offset()) if strided else 0, int(t.numel()), None, None)
 
 
+def sizes(t: torch.Tensor) -> tuple[tuple, int]:
+    """`t`'s shape and element count as a row outside `tensors` writes them (a parameter's
+    optimizer_steps row, the modules' lists of parameters and buffers): a nested tensor's shape
+    as its `tensors` row has it (component count, null at the ragged dimension) and its
+    components' total, a symbolic size null. Every such row takes them here, so no size that is
+    not an int reaches a column or a JSON list (where a SymInt fails the whole flush, or the
+    module's row). Called under excluded_from_modes(), as odd_form."""
+    shape = None if t.is_nested else t.shape  # a strided nested tensor refuses `.shape`
+    if shape is not None and all_ints(shape):
+        return tuple(shape), int(t.numel())
+    form = odd_form(t, shape)
+    return form.shape, form.numel
+
+
 def rows(t: torch.Tensor) -> torch.Tensor | None:
     """A plain tensor holding exactly a nested tensor's elements as (rows, features), where
     every component ends in the same features dimension (what a Linear over it multiplies),
