@@ -148,3 +148,21 @@ def test_synaptic_equals_full_on_zoo_models(tmp_path, case):
 def test_an_unknown_level_is_misuse_and_raises(tmp_path):
     with pytest.raises(ValueError, match="value_statistics must be one of"):
         Recorder(tmp_path / "t", value_statistics="some")
+
+
+def test_the_synaptic_level_covers_every_operand_a_rule_reads_values_of():
+    # a rule reading a positional operand's is01/nnz (spiketrace.analyze.counters) gets a null at
+    # the synaptic level unless SYNAPTIC_LEVEL_OPERANDS takes that operand's statistics
+    import re
+
+    from spiketrace.analyze.counters import ac, flop, mac, memory_access, synop
+    from spiketrace.schemas.statistics_levels import SYNAPTIC_LEVEL_OPERANDS
+
+    value_read = re.compile(r"\ba(\d+)_(?:is01|nnz)\b")
+    missing = {}
+    for counter in (flop, mac, ac, synop, memory_access):
+        for op, rule in counter.RULES.items():
+            read = {int(position) for position in value_read.findall(rule or "")}
+            if not read <= set(SYNAPTIC_LEVEL_OPERANDS.get(op, ())):
+                missing[op] = sorted(read)
+    assert not missing
