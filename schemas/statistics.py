@@ -43,7 +43,8 @@ STATISTICS: dict[str, Statistic] = {
     "conv_spike_taps": Statistic(
         "Sum over input positions p of S(p)*cov(p): S is the spike count map of x summed over batch and channels, "
         "cov the number of (output, kernel) taps that read p. Times C_out/groups it is SpikingJelly's AC/SynOp "
-        "conv value and NMAC weight uses, for any stride, padding, dilation, groups and transposition.",
+        "conv value and NMAC weight uses, for any stride, padding, dilation, groups and transposition. "
+        "From schema 1.5 also of convolution_backward's x (its weight gradient's accumulates over spikes).",
         "x_binary",
         ("ac", "synop", "neuromorphic_memory_access"),
     ),
@@ -128,8 +129,17 @@ OP_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
     **{f"aten.conv{n}d.{overload}": (_X_W, _CONV) for n in (1, 2, 3) for overload in ("default", "padding")},
     "aten.linear.default": (_X_W, ("linear_marginal_dot", "linear_nonzero_pairs", "x_ternary")),
 }
+# A conv's backward (grad_out, x, w, ...): its weight gradient multiplies x by grad_out, so over
+# spikes it accumulates what the forward did, conv_spike_taps of the same x and geometry
+# (analyze/counters/conv_backward.py). Taken from schema 1.5; an older trace has no such row.
+BACKWARD_STATISTICS: dict[str, tuple[tuple[Operand, ...], tuple[str, ...]]] = {
+    "aten.convolution_backward.default": ((Operand("x", 1), Operand("w", 2)), ("conv_spike_taps",)),
+}
+OP_STATISTICS.update(BACKWARD_STATISTICS)
 
-# Inputs kept bit-packed when the capture setting keep_binary_inputs is on (and they are binary).
+# Inputs kept bit-packed when the capture setting keep_binary_inputs is on (and they are binary):
+# the forward synaptic ops' (a backward reads the inputs its forward packed).
 SYNAPTIC_INPUTS: dict[str, tuple[int, ...]] = {
     op: tuple(operand.position for operand in operands) for op, (operands, _) in OP_STATISTICS.items()
+    if op not in BACKWARD_STATISTICS
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 # adds its entry to CHANGELOG.md and CITATION.cff's version (tests/test_package_files.py).
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 # 1.1: events.recompute, module_events.recompute, the collectives table.
 # 1.2: the manifest is a commit log: each part listed with rows, bytes and checksum; run_id.
 # 1.3: op_stats values of new statistics (no new column): the NeuroBench pair counts and
@@ -20,6 +20,10 @@ SCHEMA_VERSION = "1.4"
 #      whole (schemas/statistics.py); a 1.2 trace lacks them and the analysis says so.
 # 1.4: tensors.nested_shapes; a nested tensor is recorded (null in shape at its ragged
 #      dimension, numel its components' total) where 1.3 left out the ops that touched one.
+# 1.5: op_stats conv_spike_taps of convolution_backward too (no new column: its weight
+#      gradient's accumulates over spikes); a size that is no int in op arguments is
+#      {"$symint": ...}; `catalog` entries in degraded. A 1.4 trace lacks those rows: the
+#      analysis reports those accumulates as unknown.
 
 
 # Columns and tables added after 1.0, by the minor that added them: a part written by an older

@@ -94,20 +94,27 @@ def test_grouped_conv_backward(tmp_path):
     assert totals["mac"] == 2 * 5400
 
 
-def test_spiking_conv_backward(tmp_path):
-    # x binary (spikes), w and grad_out not: grad_x's products are MACs, N * C_out * C_in * K *
-    # O = 2 * 3 * 2 * 9 * 16 = 1728; grad_w's multiply by spikes: accumulates whose count needs
-    # where the spikes are (not recorded for this op), so AC and SynOp are unknown, reported
+@pytest.mark.parametrize("geometry", [dict(padding=1), dict(stride=2, padding=2, dilation=2, groups=2)],
+                         ids=["padded", "strided-dilated-grouped"])
+def test_spiking_conv_backward(tmp_path, geometry):
+    # x binary (spikes), w and grad_out not: grad_x's products are MACs, N * C_out * C_in/g * K
+    # * O; grad_w's multiply by spikes: the forward's accumulates, one per (output position,
+    # kernel tap) reading a spike, per output channel of its group. F.unfold lays out exactly
+    # those reads (a zero where a tap falls in the padding), so their sum is the taps.
+    torch.manual_seed(0)
+    x = (torch.rand(2, 4, 6, 6) < 0.3).float()
+    conv = nn.Conv2d(4, 6, 3, bias=False, **geometry)
+
     def step():
-        torch.manual_seed(0)
-        conv = nn.Conv2d(2, 3, 3, padding=1, bias=False)
-        x = (torch.rand(2, 2, 4, 4) < 0.3).float().requires_grad_(True)
-        return conv(x).square().sum()
+        return conv(x.clone().requires_grad_(True)).square().sum()
 
     totals, uncovered = _per_op(_record(tmp_path / "t", step), CONV_BACKWARD)
-    assert totals["mac"] == 2 * 3 * 2 * 9 * 16
-    assert totals["ac"] is None and totals["synop"] is None
-    assert uncovered == {"ac", "synop"}
+    groups, (n, _, oh, ow) = conv.groups, conv(x).shape
+    products = n * 6 * (4 // groups) * 9 * oh * ow
+    unfold = dict(kernel_size=3, dilation=conv.dilation, padding=conv.padding, stride=conv.stride)
+    taps = sum(int(F.unfold(part, **unfold).sum()) for part in x.chunk(groups, dim=1))
+    assert totals["mac"] == products
+    assert totals["ac"] == totals["synop"] == taps * (6 // groups) and not uncovered
 
 
 def test_binary_weight_conv_backward(tmp_path):

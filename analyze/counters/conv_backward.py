@@ -10,9 +10,10 @@ replaced by grad_out:
   or the input's of a transposed one (x's), as the forward conv's MAC rule counts them;
 * as there, a product with a binary operand costs no multiplication but an accumulate per
   nonzero: a binary w gives grad_x nnz(w) * N * prod(spatial) ACs (the forward's rule for a
-  binary w). A binary x (spikes) gives grad_w the forward's spike-tap count, which needs x's
-  positions the trace does not hold for this op: unknown (NULL, reported as uncovered), not a
-  guess. The same for a binary grad_out with a nonzero, which a loss's gradient rarely is;
+  binary w). A binary x (spikes) gives grad_w the same products the forward conv had with
+  x's spikes, its AC count: conv_spike_taps * C_out/groups, the statistic capture takes for
+  this op too from schema 1.5 (an older trace: unknown, NULL, reported). A binary grad_out with
+  a nonzero, which a loss's gradient rarely is, leaves them unknown;
 * grad_b (output_mask[2], with a bias) sums grad_out over batch and positions: C_out * (N *
   prod(spatial) - 1) accumulates, as AC counts a sum (and FLOP this term), but no synaptic op.
 """
@@ -43,8 +44,12 @@ MAC = (f"({_part(GRAD_X, ('a0', 'a2'), f'CASE WHEN a0_is01 OR a2_is01 THEN 0 ELS
        f" + {_part(GRAD_W, ('a0', 'a1'), f'CASE WHEN a0_is01 OR a1_is01 THEN 0 ELSE {PRODUCTS} END')})")
 _AC_GRAD_X = (f"CASE WHEN {_no_spike('a0')} OR {_no_spike('a2')} THEN 0 WHEN a0_is01 THEN NULL"
               f" WHEN a2_is01 THEN a2_nnz * a0_shape[1] * {_SPATIAL} ELSE 0 END")
-_AC_GRAD_W = (f"CASE WHEN {_no_spike('a0')} OR {_no_spike('a1')} THEN 0 WHEN a0_is01 OR a1_is01 THEN NULL"
-              " ELSE 0 END")
+_GROUPS = arg(9)
+# over spikes, the forward's accumulates: conv_spike_taps of x (taken for this op from schema
+# 1.5; NULL in an older trace) times C_out/groups, w.shape[1] when transposed
+_AC_GRAD_W = (f"CASE WHEN {_no_spike('a0')} OR {_no_spike('a1')} THEN 0 WHEN a0_is01 THEN NULL"
+              f" WHEN a1_is01 THEN CAST(stat_conv_spike_taps AS BIGINT)"
+              f" * CASE WHEN {_TRANSPOSED} THEN a2_shape[2] ELSE a2_shape[1] // {_GROUPS} END ELSE 0 END")
 SYNOP = f"({_part(GRAD_X, ('a0', 'a2'), _AC_GRAD_X)} + {_part(GRAD_W, ('a0', 'a1'), _AC_GRAD_W)})"
 _GRAD_B = f"CASE WHEN {arg_item(10, 2)} AND NOT {arg_is_null(3)} THEN a0_numel - a0_shape[2] ELSE 0 END"
 AC = f"({SYNOP} + {_GRAD_B})"

@@ -38,11 +38,13 @@ def _compiled_format(t: torch.Tensor, kernel) -> tuple | None:
 
 def _conv_geometry(args):
     """(x, w, stride, padding, dilation, transposed, output_padding, groups) of
-    aten.convolution, or of an undecomposed aten.conv1d/2d/3d (.default or .padding: input,
+    aten.convolution or of its convolution_backward, or of an undecomposed aten.conv1d/2d/3d (.default or .padding: input,
     weight, bias, stride, padding, dilation, groups, trailing defaults omitted), as the
     aten.convolution it decomposes into sees them: x batched, a string padding applied."""
     if len(args) == 9 and isinstance(args[6], bool):  # aten.convolution: every argument given
         x, w, _bias, stride, padding, dilation, transposed, output_padding, groups = args
+    elif len(args) == 11 and isinstance(args[7], bool):  # convolution_backward: grad_out first, the mask last
+        _grad_out, x, w, _bias_sizes, stride, padding, dilation, transposed, output_padding, groups, _mask = args
     else:
         x, w = args[0], args[1]
         given = tuple(args[3:7])

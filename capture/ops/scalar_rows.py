@@ -103,7 +103,7 @@ class OpScalars:
             for condition, count in (("x_binary", 1), ("both_binary", len(values)))}
         # (position, the operand's pending statistics: its 0/1-ness checked at flush, or None)
         packed = [(position, registry.pending_of(t) if flag is None else None)
-                  for position, flag, t in zip(SYNAPTIC_INPUTS[name], flags, values) if flag is not False] \
+                  for position, flag, t in zip(SYNAPTIC_INPUTS.get(name, ()), flags, values) if flag is not False] \
             if self.context.keep_binary_inputs else []
         if not taken and not packed:
             return
