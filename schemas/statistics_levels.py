@@ -42,8 +42,9 @@ _PRODUCTS_BY_VALUES: dict[str, tuple[int, ...]] = {
     **{f"aten._scaled_dot_product_{name}_backward.default": (0, 1, 2, 3) for name in _SDPA},
     "aten._native_multi_head_attention.default": (0, 1, 2, 5, 7),
     "aten._transformer_encoder_layer_fwd.default": (0, 3, 5, 14, 16),
-    **{f"sj_{name}.forward.default": (0, 1) for name in ("if", "lif", "plif")},
-    **{f"sj_{name}.backward.default": (0,) for name in ("if", "lif", "plif")},
+    **{f"sj_{name}.forward.default": (0, 1) for name in ("if", "lif", "plif", "qif", "eif")},
+    "sj_izhikevich.forward.default": (0, 2),  # x, w_init (its spikes, an output, are not taken)
+    **{f"sj_{name}.backward.default": (0,) for name in ("if", "lif", "plif", "qif", "eif", "izhikevich")},
 }
 
 # op -> positional operands whose statistics are taken at the `synaptic` level

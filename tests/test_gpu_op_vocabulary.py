@@ -276,15 +276,16 @@ def test_spikingjelly_cuda_neuron_is_one_named_op(tmp_path):
     with open_trace(path) as trace:
         assert "sj_if.forward.default" in set(trace.sql("SELECT DISTINCT op FROM events")["op"])
         result = count(trace, NAMES)
-    # sj_if and sj_lif count as their CPU decomposition (tests/test_sj_neuron_ops.py)
+    # sj_if (like lif, plif, qif, eif, izhikevich) counts as its CPU decomposition
+    # (tests/test_sj_neuron_ops.py)
     for counter in ("flop", "memory_access", "ac"):
         assert "sj_if.forward.default" not in set(result.unsupported_of(counter)), counter
-    # a neuron op without a rule (QIF's) is named as unknown, never silently 0
-    qif = neuron.QIFNode(step_mode="m")
-    with open_trace(record(tmp_path / "qif", lambda: qif(x))) as trace:
+    # a neuron op without a rule (ILIF's) is named as unknown, never silently 0
+    ilif = neuron.ILIFNode(step_mode="m")
+    with open_trace(record(tmp_path / "ilif", lambda: ilif(x))) as trace:
         result = count(trace, NAMES)
     for counter in ("flop", "memory_access", "ac"):
-        assert "sj_qif.forward.default" in set(result.unsupported_of(counter)), counter
+        assert "sj_ilif.forward.default" in set(result.unsupported_of(counter)), counter
 
 
 def test_neuromc_costs_cudnn_batch_norm_as_native_and_compat_as_spikingjelly(tmp_path):

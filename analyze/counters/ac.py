@@ -11,7 +11,7 @@ give every value exactly:
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import conv_backward, device_ops, fused_attention, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import conv_backward, device_ops, fused_attention, sj_neurons, undecomposed
 from spiketrace.analyze.counters.sql import CUMSUM_ADDS, arg, kwarg, values_known
 
 
@@ -105,12 +105,12 @@ EXTRA_RULES |= {
 # What a GPU run dispatches instead (analyze/counters/device_ops.py): batch norm's other forms
 # as native_batch_norm (backwards: no AC rule, as native_batch_norm_backward has none); fused
 # optimizers as their unfused steps' adds; the multi-tensor adds, addcmul/addcdiv and lerp;
-# SpikingJelly's fused neuron ops as their CPU decomposition's adds (sj_neuron_ops.py).
+# SpikingJelly's fused neuron ops as their CPU decomposition's adds (sj_neurons).
 EXTRA_RULES |= {op: rule for op, rule in {
     **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
     **{op: rules[1] for op, rules in device_ops.FUSED_OPTIMIZERS.items()},
     **device_ops.FOREACH_AC,
-    **sj_neuron_ops.AC,
+    **sj_neurons.AC,
 }.items() if op not in RULES}
 RULES.update(EXTRA_RULES)
 SPIKINGJELLY: dict[str, str | None] = {op: None for op in EXTRA_RULES}

@@ -70,8 +70,10 @@ ACCUMULATION = (
     # their multi-tensor forms and the fused optimizers, which a GPU run dispatches instead
     "aten._foreach_add*", "aten._foreach_sub*", "aten._foreach_lerp*", "aten._fused_adam*", "aten._fused_sgd*",
     "aten._fused_adagrad*",
-    # SpikingJelly's fused neuron ops (CUDA): the charge accumulates. sj_if, sj_lif, sj_plif have
-    # rules (sj_neuron_ops.py); the others are reported as unknown, never silently not applicable
+    # SpikingJelly's fused neuron ops (CUDA): the charge accumulates. sj_if, sj_lif, sj_plif,
+    # sj_qif, sj_eif, sj_izhikevich have rules (sj_neurons/); the others
+    # (sj_ilif, sj_activation_aware_if, sj_stbif, ...) are reported as unknown, never silently
+    # not applicable
     "sj_*.forward.*", "sj_*.backward.*",
 )
 

@@ -21,8 +21,9 @@ follows from torch's dispatch tables (torch 2.13):
 * SpikingJelly 2.0.0 neurons: on CUDA (and meta) one registered op per multi-step call,
   `sj_<neuron>.forward.default` (`.backward.default` in backward): the cupy/triton kernel is
   behind it, so the trace holds the op with its arguments but none of the per-step aten ops a
-  CPU run decomposes into. sj_if, sj_lif and sj_plif count as that decomposition (sj_neuron_ops.py);
-  the other neurons' ops are reported as unknown by flop, memory_access and ac
+  CPU run decomposes into. sj_if, sj_lif, sj_plif, sj_qif, sj_eif and sj_izhikevich count as that
+  decomposition (sj_neurons/); the other neurons' ops (sj_ilif,
+  sj_activation_aware_if, sj_stbif, ...) are reported as unknown by flop, memory_access and ac
   (applicability.py); neuron_state has SpikingJelly's CUDA path for them.
 
 Lists are summed over their items: `a0_items_numel` is the elements of all of a list's tensors.

@@ -10,7 +10,7 @@ differences from SpikingJelly, fixed by default (docs/deviations.md):
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neurons, undecomposed
 from spiketrace.analyze.counters.sql import CUMSUM_ADDS, SELECTIONS, arg, arg_is_null, arg_item, arg_list, kwarg
 
 ZERO = "0"
@@ -218,7 +218,7 @@ EXTRA_RULES.update(fused_attention.FLOP)
 # as native_batch_norm(_backward) with their training flag; cudnn_batch_norm_backward's n from
 # grad_out (a1), C from its weight, trained, every gradient asked for. Fused optimizers, the
 # multi-tensor ops, GradScaler's and dropout's as derived there. SpikingJelly's fused neuron ops
-# as their CPU decomposition (analyze/counters/sj_neuron_ops.py). (SDPA's are in RULES above:
+# as their CPU decomposition (analyze/counters/sj_neurons). (SDPA's are in RULES above:
 # torch.utils.flop_counter's formulas, GQA included, with b * h from the query.)
 DEVICE_RULES: dict[str, str] = {
     **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
@@ -228,7 +228,7 @@ DEVICE_RULES: dict[str, str] = {
     **{op: rules[0] for op, rules in device_ops.AMP.items()},
     **device_ops.DROPOUT_FLOP,
     **device_ops.FOREACH_FLOP,
-    **sj_neuron_ops.FLOP,
+    **sj_neurons.FLOP,
 }
 EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)

@@ -7,7 +7,7 @@ binary rule, which unpacks two arguments and aborts the run; we count it as a un
 
 from __future__ import annotations
 
-from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neuron_ops, undecomposed
+from spiketrace.analyze.counters import activations, device_ops, fused_attention, sj_neurons, undecomposed
 from spiketrace.analyze.counters.sql import SELECTIONS, arg, arg_item, kwarg
 
 
@@ -160,7 +160,7 @@ EXTRA_RULES.update(fused_attention.BYTES)
 # ops as derived there; dropout every operand and result once; the multi-tensor ops as their
 # twins, summed over the lists. SDPA's are in RULES above. zeros/full: a new tensor written
 # once (fused optimizers' step tensors, GradScaler's scale). SpikingJelly's fused neuron ops:
-# the bytes of their CPU decomposition, temporaries included (analyze/counters/sj_neuron_ops.py).
+# the bytes of their CPU decomposition, temporaries included (analyze/counters/sj_neurons).
 DEVICE_RULES: dict[str, str] = {
     **{op: _batch_norm(training) for op, training in device_ops.BATCH_NORM_FORWARD.items()},
     **{op: _batch_norm_backward() for op in device_ops.BATCH_NORM_BACKWARD},
@@ -170,7 +170,7 @@ DEVICE_RULES: dict[str, str] = {
     **{op: "tensor_bytes" for op in device_ops.DROPOUT_FLOP},
     **device_ops.FOREACH_BYTES,
     **{f"aten.{name}.default": b("o0") for name in ("zeros", "ones", "full")},
-    **sj_neuron_ops.BYTES,
+    **sj_neurons.BYTES,
 }
 EXTRA_RULES.update({op: rule for op, rule in DEVICE_RULES.items() if op not in RULES})
 RULES.update(EXTRA_RULES)

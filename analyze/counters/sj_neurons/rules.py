@@ -1,4 +1,5 @@
-"""SpikingJelly 2.0.0's fused neuron ops (`sj_if`, `sj_lif`, `sj_plif`): FLOP, byte and AC rules
+"""SpikingJelly 2.0.0's fused neuron ops (`sj_if`, `sj_lif`, `sj_plif`; `sj_qif`, `sj_eif`,
+`sj_izhikevich` in costs.py, with the cost tables all share): FLOP, byte and AC rules
 equal to what the counters give the same call on CPU (tests/test_sj_neuron_ops.py records both).
 
 On CUDA (and meta) a multi-step IFNode/LIFNode call is one registered op,
@@ -54,25 +55,18 @@ its requires_grad unknown: assumed trainable) skips those.
 Surrogates (surrogate_id, SpikingJelly's _SURROGATE_IDS) whose gradient takes `abs`
 (PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike) have no FLOP or byte rule, as `abs`
 and `clamp_min` have none on CPU: those counts are unknown; their ACs are known.
+
+No rule (reported as unknown): `sj_ilif` (its CPU kernel's clamp, round and bitwise_and have no
+FLOP or byte rule, and its ACs add its STE window, whose nnz the op hides), and the inference
+ops `sj_activation_aware_if` and `sj_stbif`, whose CPU kernel is registered below autograd and
+so is recorded whole on CPU too: no decomposition to count them as.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from spiketrace.analyze.counters.sql import arg, arg_is_null
-
-
-class Cost(NamedTuple):
-    """Per element per step: FLOPs, ACs (dense), and bytes = k + j * (element size of x); None
-    where unknown (NULL)."""
-    flop: int | None
-    ac: int | None
-    k: int | None
-    j: int = 0
-
-
-ZERO = Cost(0, 0, 0)
+from spiketrace.analyze.counters.sj_neurons import costs
+from spiketrace.analyze.counters.sj_neurons.costs import ZERO, Cost, Term, when
+from spiketrace.analyze.counters.sql import arg
 
 # Argument positions of each op's parameters and of the tensors the rules read: x (its dtype
 # gives the spikes' and gradients' bytes) and the stacked h_seq of backward ([T, ...]).
@@ -95,31 +89,15 @@ LAYOUTS = {
 # LIF's charge, either form: sub 8 B + (x - a or + x) 8 + s + div 8 + add or sub 12; ACs the
 # sub, sub and add. IF's: add 8 + s.
 CHARGE = {"sj_if": Cost(1, 1, 8, 1), "sj_lif": Cost(4, 3, 36, 1), "sj_plif": Cost(4, 3, 40)}
-# PLIF: `x.float()` each step (a copy, 4 + s, when x is not float32; its sub then reads 4 B),
-# q's 4 B in each step's product, and q = w.float().sigmoid() once (w's copy when w is not
-# float32: its element size + 4).
-X_FLOAT = Cost(0, 0, 4, 1)
+# PLIF: `x.float()` each step (X_FLOAT: a copy, 4 + s, when x is not float32; its sub then
+# reads 4 B), q's 4 B in each step's product, and q = w.float().sigmoid() once (w's copy when w
+# is not float32: its element size + 4).
 Q_READ = Cost(0, 0, 4)
 SIGMOID_OF_W = Cost(4, 0, 8)  # flop.py's sigmoid: 4 per element
 W_FLOAT = Cost(0, 0, 4, 1)
-FIRE = Cost(2, 1, 18)        # sub 8 B, ge 4 + 1 (bool), _to_copy 1 + 4
-SPIKE_CAST = Cost(0, 0, 4, 1)  # x not float32: spike.to(x.dtype)
-RESET = {"hard": Cost(4, 2, 40), "soft": Cost(2, 1, 20)}  # mul 8, rsub 8, mul 12, add 12 | mul 8, sub 12
-OUTPUTS = Cost(0, 0, 8, 2)   # stack(spikes) reads and writes x's dtype, stack(h) float32
-V_SEQ = Cost(0, 0, 8)        # stack(voltages) with store_v_seq
-
 # -- backward (autograd of the forward above; float32) ----------------------------------------
-# The surrogate's gradient (surrogate.py _surrogate_gradient) times the spike's gradient (mul 12 B).
-# 0 Sigmoid: mul, sigmoid (4), rsub, mul, mul; 1 ATan: mul, mul, add (the AC), reciprocal, mul;
-# 6 Erf: mul, neg, mul, exp, mul. ACs 2 rsub, 3 none, 4 and 5 one add (their FLOPs and bytes:
-# abs has no rule).
-SURROGATE = {
-    0: Cost(9, 1, 56), 1: Cost(6, 1, 56), 2: Cost(None, 1, None), 3: Cost(None, 0, None),
-    4: Cost(None, 1, None), 5: Cost(None, 1, None), 6: Cost(6, 0, 56),
-}
 GRAD_X = Cost(0, 0, 0, 2)        # stack of the steps' x gradients (UnbindBackward), x's dtype
-GRAD_CAST = Cost(0, 0, 8, 2)     # x not float32: the spike's gradient to float32, x's back (4 + s each)
-DECAY_INPUT_GRAD = Cost(1, 0, 8)  # LIF with decay_input: x's gradient divided by tau (PLIF: * q)
+# LIF with decay_input: x's gradient divided by tau (DIV_GRAD; PLIF: * q)
 # PLIF's gradient of w: every element-step `grad * factor` (12 B) and the read of its sum
 # (4 B), the sums' E - 1 adds per step (their 4 B result per step: Q_READ), the T - 1 adds of
 # the steps' scalars (12 B each), sigmoid_backward (12 B) and, w not float32, the cast back.
@@ -131,54 +109,11 @@ FIRST_STEP_NEG = Cost(1, 0, 8)  # PLIF without decay_input: -grad of (v_init - v
 # From step t to t-1, the charge's derivative on v's path: LIF with decay_input neg (of
 # x - a), add (v's two uses); without: neg, div, add; IF's h = v + x passes it on.
 CHARGE_CHAIN = {"sj_if": ZERO, "sj_lif_decay": Cost(2, 1, 20), "sj_lif": Cost(3, 1, 28)}
-# ... and the reset's, (hard|soft, detach_reset). hard: grad via spike * v_reset (mul 8),
-# 1 - spike (neg 8), (1 - spike) * h (mul 12 twice), sums for the spike (2 adds) and h (add);
-# detached: only (1 - spike) * h's h path and h's sum. soft: -g (neg), * threshold (mul), the
-# spike's and h's sums; detached: h's sum.
-RESET_CHAIN = {
-    ("hard", False): Cost(7, 3, 76), ("hard", True): Cost(2, 1, 24),
-    ("soft", False): Cost(4, 2, 40), ("soft", True): Cost(1, 1, 12),
-}
+# ... and the reset's (RESET_CHAIN, costs.py).
 
 
 def _flag(op: str, name: str) -> str:
-    return f"coalesce({arg(LAYOUTS[op][name], 'BOOLEAN')}, true)"
-
-
-def _hard(op: str) -> str:
-    return f"NOT {arg_is_null(LAYOUTS[op]['reset'])}"
-
-
-Term = tuple[list[tuple[str, Cost]], str, str]  # (condition, cost) cases, elements, x's bytes
-
-
-def _pick(cases: list[tuple[str, Cost]], field: str, elements: str, x_bytes: str) -> str:
-    """CASE over (condition, cost): the cost's `field` per element per step, times `elements`
-    (bytes: plus j times `x_bytes`)."""
-    def value(cost: Cost) -> str:
-        amount = cost.k if field == "bytes" else getattr(cost, field)
-        if amount is None:
-            return "NULL"
-        parts = [f"{amount} * {elements}"] if amount else []
-        if field == "bytes" and cost.j:
-            parts.append(f"{cost.j} * {x_bytes}")
-        return f"({' + '.join(parts)})" if parts else "0"
-    values = [value(cost) for _, cost in cases]
-    if len(set(values)) == 1:
-        return values[0]
-    return "(CASE " + " ".join(f"WHEN {c} THEN {v}" for (c, _), v in zip(cases, values)) + " END)"
-
-
-def _reset_cases(op: str, table: dict, detach: bool) -> list[tuple[str, Cost]]:
-    if not detach:
-        return [(_hard(op), table["hard"]), ("true", table["soft"])]
-    det = _flag(op, "detach_reset")
-    return [(f"{_hard(op)} AND {det}", table[("hard", True)]), (_hard(op), table[("hard", False)]),
-            (det, table[("soft", True)]), ("true", table[("soft", False)])]
-
-
-def _when(condition: str, cost: Cost) -> list[tuple[str, Cost]]:
-    return [(condition, cost), ("true", ZERO)]
+    return costs.flag(LAYOUTS[op][name])
 
 
 def _forward_terms(op: str) -> list[Term]:
@@ -188,19 +123,19 @@ def _forward_terms(op: str) -> list[Term]:
     not_float32 = "a0_bytes <> 4 * a0_numel"
     terms: list[Term] = [
         ([("true", CHARGE[neuron])], n, x),
-        ([("true", FIRE)], n, x),
-        (_when(not_float32, SPIKE_CAST), n, x),
-        (_reset_cases(op, RESET, detach=False), n, x),
-        ([("true", OUTPUTS)], n, x),
-        (_when(_flag(op, "store_v_seq"), V_SEQ), n, x),
+        ([("true", costs.FIRE)], n, x),
+        (when(not_float32, costs.SPIKE_CAST), n, x),
+        (costs.reset_cases(costs.RESET, LAYOUTS[op]['reset']), n, x),
+        ([("true", costs.OUTPUTS)], n, x),
+        (when(_flag(op, "store_v_seq"), costs.V_SEQ), n, x),
     ]
     if neuron == "sj_plif":
         w = f"a{LAYOUTS[op]['w']}"
         terms += [
-            (_when(not_float32, X_FLOAT), n, x),
+            (when(not_float32, costs.X_FLOAT), n, x),
             ([("true", Q_READ)], "a0_shape[1]", x),
             ([("true", SIGMOID_OF_W)], "1", x),
-            (_when(f"{w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
+            (when(f"{w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
         ]
     return terms
 
@@ -212,19 +147,17 @@ def _backward_terms(op: str) -> list[Term]:
     h, x = f"a{LAYOUTS[op]['h']}", "a0_bytes"
     every, steps = f"{h}_numel", f"{h}_shape[1]"
     chained = f"({every} - {every} // {steps})"
-    surrogate = f"coalesce({arg(LAYOUTS[op]['surrogate_id'])}, 0)"
     terms: list[Term] = [
-        ([(f"{surrogate} = {i}", cost) for i, cost in SURROGATE.items()] + [("true", Cost(None, None, None))],
-         every, x),
+        (costs.surrogate_cases(LAYOUTS[op]["surrogate_id"]), every, x),
         ([("true", GRAD_X)], every, x),
-        (_when("a0_bytes <> 4 * a0_numel", GRAD_CAST), every, x),
-        (_reset_cases(op, RESET_CHAIN, detach=True), chained, x),
+        (when("a0_bytes <> 4 * a0_numel", costs.GRAD_CAST), every, x),
+        (costs.reset_cases(costs.RESET_CHAIN, LAYOUTS[op]['reset'], LAYOUTS[op]['detach_reset']), chained, x),
     ]
     if neuron == "sj_if":
         return terms
     decay = _flag(op, "decay_input")
     terms += [
-        (_when(decay, DECAY_INPUT_GRAD), every, x),
+        (when(decay, costs.DIV_GRAD), every, x),
         ([(decay, CHARGE_CHAIN["sj_lif_decay"]), ("true", CHARGE_CHAIN["sj_lif"])], chained, x),
     ]
     if neuron == "sj_plif":
@@ -234,13 +167,13 @@ def _backward_terms(op: str) -> list[Term]:
             # q's read in x's product (decay_input) or in v's, from step to step (without)
             ([(decay, Q_READ), ("true", ZERO)], steps, x),
             ([(decay, ZERO), ("true", Q_READ)], f"({steps} - 1)", x),
-            (_when(trained, W_GRAD_PRODUCT), every, x),
-            (_when(trained, W_GRAD_SUM), f"({every} - {steps})", x),
-            (_when(trained, Q_READ), steps, x),
-            (_when(trained, W_GRAD_STEPS), f"({steps} - 1)", x),
-            (_when(trained, SIGMOID_BACKWARD), "1", x),
-            (_when(f"{trained} AND {w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
-            (_when(f"{trained} AND NOT {decay}", FIRST_STEP_NEG), f"({every} // {steps})", x),
+            (when(trained, W_GRAD_PRODUCT), every, x),
+            (when(trained, W_GRAD_SUM), f"({every} - {steps})", x),
+            (when(trained, Q_READ), steps, x),
+            (when(trained, W_GRAD_STEPS), f"({steps} - 1)", x),
+            (when(trained, SIGMOID_BACKWARD), "1", x),
+            (when(f"{trained} AND {w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
+            (when(f"{trained} AND NOT {decay}", FIRST_STEP_NEG), f"({every} // {steps})", x),
         ]
     return terms
 
@@ -271,19 +204,21 @@ AC_ADJUSTMENT = {
 
 
 def _rule(op: str, field: str) -> str:
-    forward = op.split(".")[1] == "forward"
-    terms = _forward_terms(op) if forward else _backward_terms(op)
-    picked = [_pick(cases, field, elements, x_bytes) for cases, elements, x_bytes in terms]
-    total = "(" + " + ".join(p for p in picked if p != "0") + ")"
+    if op in costs.LAYOUTS:
+        terms, adjustment = costs.terms(op), costs.AC_ADJUSTMENT.get(op)
+    else:
+        forward = op.split(".")[1] == "forward"
+        terms, adjustment = _forward_terms(op) if forward else _backward_terms(op), AC_ADJUSTMENT.get(op)
+    rule = costs.total(terms, field)
     if field != "ac":
-        return total
-    if op in AC_ADJUSTMENT:
-        total = f"({total} + {AC_ADJUSTMENT[op]})"
+        return rule
+    if adjustment is not None:
+        rule = f"({rule} + {adjustment})"
     # a binary x_seq (grad_spikes) makes some adds nnz(a) + nnz(b) on CPU: unknown here
-    return f"CASE WHEN coalesce(a0_is01, false) THEN NULL ELSE {total} END"
+    return f"CASE WHEN coalesce(a0_is01, false) THEN NULL ELSE {rule} END"
 
 
-OPS = tuple(LAYOUTS)
+OPS = (*LAYOUTS, *costs.LAYOUTS)
 FLOP: dict[str, str] = {op: _rule(op, "flop") for op in OPS}
 BYTES: dict[str, str] = {op: _rule(op, "bytes") for op in OPS}
 AC: dict[str, str] = {op: _rule(op, "ac") for op in OPS}
