@@ -49,8 +49,8 @@ per-element terms, plus q's bytes in each step's product (4 B), the sigmoid once
 `x.float()` (a copy when x is not float32), and in backward w's gradient when w requires grad:
 every step `grad * (x - (v - v_reset))` (or `-(v - v_reset)`) summed to a scalar, the steps'
 T - 1 scalar adds, sigmoid's derivative; without decay_input the first step's `-grad` too
-(`(v_init - v_reset) * q` needs grad through q). A w that does not require grad (frozen, or
-its requires_grad unknown: assumed trainable) skips those.
+(`(v_init - v_reset) * q` needs grad through q). A w that does not require grad (frozen)
+skips those; one whose requires_grad the trace lacks is taken as trained.
 
 Surrogates (surrogate_id, SpikingJelly's _SURROGATE_IDS) whose gradient takes `abs`
 (PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike) have no FLOP or byte rule, as `abs`
