@@ -140,3 +140,19 @@ def test_compat_refuses_what_spikingjelly_refuses_live(tmp_path):
     with pytest.raises(NotImplementedError, match="aten.relu.default not defined by FlopCounter"):
         with DispatchCounterMode([FlopCounter()], strict=True):
             net(x)
+
+
+def test_a_transformer_layer_training_step_passes_strict_in_flop_and_bytes(tmp_path):
+    # nn.TransformerEncoderLayer (d_model 8, 2 heads, feed-forward 16, no dropout) trained one
+    # step on (2, 3, 8): its two layer norms' backward, native_layer_norm_backward, has a rule.
+    # Per call n = 2 * 3 * 8 = 48 elements in G = 6 rows of D = 8: grad_x 10n = 480, grad_w
+    # 4n - D = 184 (x re-normalised 2n, times grad_out n, summed over the rows n - D), grad_b
+    # n - D = 40: 704 each, 1408 for the two
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    net = nn.Sequential(layer, nn.Flatten(), nn.Linear(3 * 8, 4))
+    path = train_one_step(tmp_path / "t", net, torch.randn(2, 3, 8), torch.tensor([0, 3]))
+    result = run(path, "--counter", "flop,memory_access", "--strict", "--format", "json")
+    assert result.exit_code == 0, result.output
+    flop = json.loads(result.stdout)["counters"]["flop"]
+    assert flop["by_scope"]["Global"]["aten.native_layer_norm_backward.default"] == 2 * (480 + 184 + 40)

@@ -195,6 +195,19 @@ _LAYER_NORM = (
     " + CASE WHEN a3_present THEN a0_numel ELSE 0 END)"
 )
 EXTRA_RULES["aten.native_layer_norm.default"] = _LAYER_NORM
+# Its backward, native_layer_norm_backward(grad_out a0, x a1, normalized_shape, mean a3, rstd a4,
+# weight a5, bias a6, output_mask [7]), n = numel(grad_out), G = numel(mean) rows of D = n / G:
+# grad_x as SpikingJelly's training batch norm backward with its C statistics replaced by the G
+# rows', 2n + (n - G) + (2n - G) + (5n + 2G) = 10n; grad_w re-normalises x (2n), multiplies by
+# grad_out (n) and sums over the rows (n - D); grad_b sums over the rows (n - D). Each
+# gradient asked for counts (SpikingJelly's batch norm counts grad_w and grad_b only without
+# grad_x; a layer norm's are sums over other dimensions, not by-products of grad_x).
+_LN_D = "(a0_numel // greatest(a3_numel, 1))"
+EXTRA_RULES["aten.native_layer_norm_backward.default"] = (
+    f"(CASE WHEN {arg_item(7, 0)} THEN 10 * a0_numel ELSE 0 END"
+    f" + CASE WHEN {arg_item(7, 1)} AND a5_present THEN 4 * a0_numel - {_LN_D} ELSE 0 END"
+    f" + CASE WHEN {arg_item(7, 2)} AND a6_present THEN a0_numel - {_LN_D} ELSE 0 END)"
+)
 # Activation functions and their backward ops: one FLOP per element (analyze/counters/activations.py).
 EXTRA_RULES.update(activations.FLOP)
 

@@ -135,6 +135,16 @@ EXTRA_RULES: dict[str, str] = {
 }
 # Layer norm: every operand read and every result (out, mean, rstd) written once.
 EXTRA_RULES["aten.native_layer_norm.default"] = "tensor_bytes"
+# Its backward: grad_out, x, mean, rstd, weight and bias read, the gradients asked for written.
+EXTRA_RULES["aten.native_layer_norm_backward.default"] = "tensor_bytes"
+# Views SpikingJelly has no rule for (it has view, unsqueeze, squeeze.dim, select, t, expand,
+# unbind: 0): a view shares its base's storage, so no byte moves.
+EXTRA_RULES.update({op: "0" for op in (
+    "aten.transpose.int", "aten._unsafe_view.default", "aten.permute.default", "aten._reshape_alias.default",
+    "aten.alias.default", "aten.as_strided.default", "aten.slice.Tensor", "aten.split.Tensor",
+    "aten.split_with_sizes.default", "aten.squeeze.default", "aten.squeeze.dims", "aten.view_as.default",
+    "aten.unfold.default", "aten.diagonal.default",
+)})
 
 # Composite ops recorded whole (analyze/counters/undecomposed.py): the bytes of their decomposition,
 # whose views and transposes move none. conv{n}d and linear: x, w, out and the bias; batch norm and
