@@ -18,7 +18,7 @@ from spikingjelly.activation_based.op_counter import (
 )
 
 from spiketrace.analyze import open_trace
-from spiketrace.analyze.counters import count, mac
+from spiketrace.analyze.counters import count, mac, synop
 from spiketrace.analyze.energy import energy, load_preset, recost
 from spiketrace.analyze.energy.compute import Costs
 from spiketrace.capture import Recorder
@@ -58,19 +58,21 @@ def test_compute_energy_equals_spikingjelly_in_compat_mode(tmp_path, case, optim
         got = energy(trace, "compute", "compute-fp32-45nm", compat="spikingjelly")
         default = energy(trace, "compute", "compute-fp32-45nm")
         ac_alone = count(trace, ["ac"]).totals()["ac"]
-        macs = count(trace, ["mac"]).frame.query("scope == 'Global'")
-        extra_macs = int(macs[macs.op.isin(list(mac.EXTRA_RULES))].value.sum())
+        products = count(trace, ["mac", "synop"]).frame.query("scope == 'Global'")
+        extra = {name: int(products[(products.counter == name) & products.op.isin(list(rules))].value.sum())
+                 for name, rules in (("mac", mac.EXTRA_RULES), ("synop", synop.EXTRA_RULES))}
     assert got.counts == expected.counts
     for field in ("energy_total_pj", "energy_compute_pj", "energy_mac_pj", "energy_ac_pj", "energy_memory_pj"):
         assert_close(getattr(got, field), getattr(expected, field))
     assert got.breakdown_pj.keys() == expected.breakdown_pj.keys()
     for key, value in expected.breakdown_pj.items():
         assert_close(got.breakdown_pj[key], value)
-    # by default AC is the AC counter's alone: no profiler probe leaks into it; MAC adds what
-    # the rules beyond SpikingJelly count (a conv's backward products: conv_backward.py)
+    # by default AC is the AC counter's alone: no profiler probe leaks into it; MAC and SynOp
+    # add what the rules beyond SpikingJelly count (a conv's backward products: conv_backward.py)
     assert default.counts["ac"] == ac_alone
-    assert default.counts["mac"] - got.counts["mac"] == extra_macs
-    assert default.counts | {"ac": got.counts["ac"], "mac": got.counts["mac"]} == got.counts
+    for name in ("mac", "synop"):
+        assert default.counts[name] - got.counts[name] == extra[name], name
+    assert default.counts | {name: got.counts[name] for name in ("ac", "mac", "synop")} == got.counts
 
 
 def test_conv_probe_leak_hand_derived(tmp_path):
