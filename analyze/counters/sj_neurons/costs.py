@@ -84,6 +84,17 @@ def hard(reset_index: int) -> str:
     return f"NOT {arg_is_null(reset_index)}"
 
 
+# x (a0) is not float32: its spikes and gradients are cast to and from x's dtype
+X_NOT_FLOAT32 = "a0_bytes <> 4 * a0_numel"
+
+
+def backward_extent(h: str) -> tuple[str, str, str]:
+    """(every, steps, chained) of a backward whose stacked h_seq ([T, ...]) is slot `h`: T * E
+    element-steps, T, and the (T - 1) * E that carry a gradient from one step to the one before."""
+    every, steps = f"{h}_numel", f"{h}_shape[1]"
+    return every, steps, f"({every} - {every} // {steps})"
+
+
 def when(condition: str, cost: Cost) -> list[tuple[str, Cost]]:
     return [(condition, cost), ("true", ZERO)]
 
@@ -163,12 +174,11 @@ GRAD_X_FLOAT = Cost(0, 0, 8)     # stack of x's float32 gradients (then GRAD_CAS
 def _forward_terms(op: str) -> list[Term]:
     layout, neuron = LAYOUTS[op], op.split(".")[0]
     n, x = "a0_numel", "a0_bytes"
-    not_float32 = "a0_bytes <> 4 * a0_numel"
     terms: list[Term] = [
         ([("true", CHARGE[neuron])], n, x),
-        (when(not_float32, X_FLOAT), n, x),
+        (when(X_NOT_FLOAT32, X_FLOAT), n, x),
         ([("true", FIRE)], n, x),
-        (when(not_float32, SPIKE_CAST), n, x),
+        (when(X_NOT_FLOAT32, SPIKE_CAST), n, x),
         (reset_cases(RESET, layout["reset"]), n, x),
         ([("true", OUTPUTS)], n, x),
         ([("true", V_SEQ)], n, x),  # previous
@@ -181,14 +191,13 @@ def _forward_terms(op: str) -> list[Term]:
 
 def _backward_terms(op: str) -> list[Term]:
     layout, neuron = LAYOUTS[op], op.split(".")[0]
-    h, x = f"a{layout['h']}", "a0_bytes"
-    every, steps = f"{h}_numel", f"{h}_shape[1]"
-    chained = f"({every} - {every} // {steps})"
+    x = "a0_bytes"
+    every, steps, chained = backward_extent(f"a{layout['h']}")
     terms: list[Term] = [
         (surrogate_cases(layout["surrogate_id"]), every, x),
         ([("true", DIV_GRAD)], every, x),
         ([("true", GRAD_X_FLOAT)], every, x),
-        (when("a0_bytes <> 4 * a0_numel", GRAD_CAST), every, x),
+        (when(X_NOT_FLOAT32, GRAD_CAST), every, x),
         (reset_cases(RESET_CHAIN, layout["reset"], layout["detach_reset"]), chained, x),
         ([("true", CHARGE_CHAIN[neuron])], chained, x),
     ]

@@ -120,11 +120,10 @@ def _forward_terms(op: str) -> list[Term]:
     """The forward's terms; x = a0 ([T, ...]): T * E = a0_numel element-steps."""
     neuron = op.split(".")[0]
     n, x = "a0_numel", "a0_bytes"
-    not_float32 = "a0_bytes <> 4 * a0_numel"
     terms: list[Term] = [
         ([("true", CHARGE[neuron])], n, x),
         ([("true", costs.FIRE)], n, x),
-        (when(not_float32, costs.SPIKE_CAST), n, x),
+        (when(costs.X_NOT_FLOAT32, costs.SPIKE_CAST), n, x),
         (costs.reset_cases(costs.RESET, LAYOUTS[op]['reset']), n, x),
         ([("true", costs.OUTPUTS)], n, x),
         (when(_flag(op, "store_v_seq"), costs.V_SEQ), n, x),
@@ -132,7 +131,7 @@ def _forward_terms(op: str) -> list[Term]:
     if neuron == "sj_plif":
         w = f"a{LAYOUTS[op]['w']}"
         terms += [
-            (when(not_float32, costs.X_FLOAT), n, x),
+            (when(costs.X_NOT_FLOAT32, costs.X_FLOAT), n, x),
             ([("true", Q_READ)], "a0_shape[1]", x),
             ([("true", SIGMOID_OF_W)], "1", x),
             (when(f"{w}_bytes <> 4", W_FLOAT), "1", f"{w}_bytes"),
@@ -144,13 +143,12 @@ def _backward_terms(op: str) -> list[Term]:
     """The backward's terms; h ([T, ...]): every step T * E elements, from step to step
     (T - 1) * E."""
     neuron = op.split(".")[0]
-    h, x = f"a{LAYOUTS[op]['h']}", "a0_bytes"
-    every, steps = f"{h}_numel", f"{h}_shape[1]"
-    chained = f"({every} - {every} // {steps})"
+    x = "a0_bytes"
+    every, steps, chained = costs.backward_extent(f"a{LAYOUTS[op]['h']}")
     terms: list[Term] = [
         (costs.surrogate_cases(LAYOUTS[op]["surrogate_id"]), every, x),
         ([("true", GRAD_X)], every, x),
-        (when("a0_bytes <> 4 * a0_numel", costs.GRAD_CAST), every, x),
+        (when(costs.X_NOT_FLOAT32, costs.GRAD_CAST), every, x),
         (costs.reset_cases(costs.RESET_CHAIN, LAYOUTS[op]['reset'], LAYOUTS[op]['detach_reset']), chained, x),
     ]
     if neuron == "sj_if":
