@@ -151,16 +151,10 @@ def _updates_sql(calls: str) -> str:
     tensor of the membrane's size; else all."""
     return f"""
     WITH RECURSIVE calls AS (SELECT * FROM ({calls}) WHERE snntorch AND has_mem),
-    chain AS (
-        SELECT c.rank, c.seq AS call_seq, c.thread, c.numel, c.update_ops, 1 AS k, e.seq, t.tensor_id, t.nnz
-        FROM calls c
-        JOIN events e ON e.rank = c.rank AND e.thread = c.thread AND e.seq > c.pre_seq AND e.seq < c.seq
-             AND e.op = c.update_ops[1]
-        JOIN event_tensors x ON x.rank = e.rank AND x.seq = e.seq AND x.role = 'arg' AND x.item IS NULL
-             AND x.tensor_id = c.input_id
-        JOIN event_tensors u ON u.rank = e.rank AND u.seq = e.seq AND u.role = 'out' AND u.position = 0
-        JOIN tensors t ON t.rank = u.rank AND t.tensor_id = u.tensor_id AND t.numel = c.numel
-        WHERE c.nth > 1 AND c.exact_rule
+    chain AS (  -- k = 0: the call's input, before its first op; each next step one op further
+        SELECT c.rank, c.seq AS call_seq, c.thread, c.numel, c.update_ops, 0 AS k, c.pre_seq AS seq,
+               c.input_id AS tensor_id, CAST(NULL AS BIGINT) AS nnz
+        FROM calls c WHERE c.nth > 1 AND c.exact_rule
         UNION ALL
         SELECT h.rank, h.call_seq, h.thread, h.numel, h.update_ops, h.k + 1, e.seq, t.tensor_id, t.nnz
         FROM chain h
