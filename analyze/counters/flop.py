@@ -102,7 +102,7 @@ def _batch_norm_backward(c: str, n: str = "a0_numel", train: str = arg(7, "BOOLE
 
 _SDPA = "(2 * a0_shape[1] * a0_shape[2] * a0_shape[3] * a1_shape[3] * (a0_shape[4] + a2_shape[4]))"
 _SDPA_BACKWARD = "(2 * a1_shape[1] * a1_shape[2] * a1_shape[3] * a2_shape[3] * (3 * a1_shape[4] + 2 * a3_shape[4]))"
-_SDPA_OPS = ("flash_attention_for_cpu", "flash_attention", "efficient_attention", "cudnn_attention")
+_SDPA_OPS = undecomposed.SDPA_KERNELS
 
 ALPHA_KWARG = kwarg("alpha", 1)
 # Scalar add/sub: alpha is positional (args[2]) when given.

@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from spiketrace.analyze.counters.sql import arg, values_known
-from spiketrace.analyze.counters.undecomposed import SDPA
+from spiketrace.analyze.counters.undecomposed import SDPA, SDPA_KERNELS
 
 ENCODER_LAYER = "aten._transformer_encoder_layer_fwd.default"
 MULTI_HEAD_ATTENTION = "aten._native_multi_head_attention.default"
@@ -62,8 +62,7 @@ FUSED_LAYERS = (ENCODER_LAYER, MULTI_HEAD_ATTENTION)
 # when Sk = 1 (all 1). ACs are bmm's for operands that are not binary: the second product's
 # nnz(weights) * dv when Sk = 1, else 0; a binary q, k or v leaves them unknown (they depend on
 # where the scale is applied and on the weights' values, which SDPA does not expose).
-SDPA_OPS = (*SDPA, *(f"aten._scaled_dot_product_{name}.default"
-                     for name in ("flash_attention_for_cpu", "flash_attention", "efficient_attention", "cudnn_attention")))
+SDPA_OPS = (*SDPA, *(f"aten._scaled_dot_product_{name}.default" for name in SDPA_KERNELS))
 _ROWS, _SK = "(a0_numel // greatest(a0_shape[-1], 1))", "a1_shape[-2]"
 
 
@@ -78,9 +77,7 @@ SDPA_AC = values_known(f"CASE WHEN a0_is01 OR a1_is01 OR a2_is01 THEN NULL WHEN 
 # makes a product multiplication-free as in forward: q or k the recompute, k dQ, q dK, v dP;
 # with Sk = 1 the weights P are all 1 and dS = P * (dP - rowsum(dO * out)) is 0 (out = v), so
 # dV is accumulates (rows * dv, as the forward's second product) and dQ, dK are nothing.
-SDPA_BACKWARD_OPS = tuple(f"aten._scaled_dot_product_{name}_backward.default"
-                          for name in ("flash_attention_for_cpu", "flash_attention", "efficient_attention",
-                                       "cudnn_attention"))
+SDPA_BACKWARD_OPS = tuple(f"aten._scaled_dot_product_{name}_backward.default" for name in SDPA_KERNELS)
 _B_ROWS, _B_SK, _B_D, _B_DV = "(a1_numel // greatest(a1_shape[-1], 1))", "a2_shape[-2]", "a1_shape[-1]", "a3_shape[-1]"
 
 

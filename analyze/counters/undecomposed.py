@@ -36,6 +36,8 @@ LINEAR = "aten.linear.default"
 BATCH_NORM = "aten.batch_norm.default"
 LAYER_NORM = "aten.layer_norm.default"
 SDPA = ("aten.scaled_dot_product_attention.default", "aten._scaled_dot_product_attention_math.default")
+# The fused kernels SDPA dispatches to, aten._scaled_dot_product_<kernel>(.._backward).default
+SDPA_KERNELS = ("flash_attention_for_cpu", "flash_attention", "efficient_attention", "cudnn_attention")
 
 # conv{n}d: C_in/groups and prod(kernel) from the weight, the output's numel, groups (default 1)
 CONV_TAPS = "(a1_shape[2] * prod(a1_shape[3:]))"  # (C_in/g) * prod(K): taps per output element
